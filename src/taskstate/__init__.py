@@ -1,0 +1,17 @@
+"""Durable task state, asset state and crash-safe jobs for Airflow 2.10+ and plain Python."""
+
+from taskstate import errors
+from taskstate.scope import AssetScope, TaskScope
+from taskstate.store import AssetStateStore, StateStore, TaskStateStore
+from taskstate.values import NEVER_EXPIRE
+
+__all__ = [
+    "NEVER_EXPIRE",
+    "AssetScope",
+    "AssetStateStore",
+    "StateStore",
+    "TaskScope",
+    "TaskStateStore",
+    "errors",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,159 @@
+"""The backend contract. Backends store JSON text by (namespace, key) and know nothing of Airflow.
+
+A namespace is `TaskScope.namespace` / `AssetScope.namespace`; a task's map indices, runs and
+DAG share namespace prefixes, which is all that listing, `clear --all-map-indices` and export
+need. Expiry is an epoch-seconds float (None = never) that the backend stores and the store
+interprets, so "an expired key reads as absent" is one rule in one place (`taskstate.store`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import NamedTuple, TypeVar
+
+T = TypeVar("T")
+
+
+class Entry(NamedTuple):
+    value: str
+    expires_at: float | None
+
+
+class Row(NamedTuple):
+    namespace: str
+    key: str
+    value: str
+    expires_at: float | None
+    updated_at: float
+
+
+@dataclass(frozen=True)
+class SchemaStatus:
+    current: int | None  # None: no schema yet
+    latest: int
+
+    @property
+    def up_to_date(self) -> bool:
+        return self.current == self.latest
+
+
+# What `transact` hands the callback, and what the callback returns: the entry to write,
+# or None to leave the row as it is.
+Transaction = Callable[[Entry | None], "tuple[Entry | None, T]"]
+
+
+class StateBackend(ABC):
+    """Storage for JSON text. Every write is atomic: it lands whole or not at all."""
+
+    url: str
+
+    @abstractmethod
+    def get(self, namespace: str, key: str) -> Entry | None: ...
+
+    @abstractmethod
+    def set(
+        self, namespace: str, key: str, value: str, expires_at: float | None, now: float
+    ) -> None: ...
+
+    @abstractmethod
+    def delete(self, namespace: str, key: str) -> None:
+        """No-op when the key is absent."""
+
+    @abstractmethod
+    def clear(self, namespace: str) -> int:
+        """Delete every key of one namespace; returns how many rows went."""
+
+    @abstractmethod
+    def clear_prefix(self, prefix: str) -> int:
+        """Delete every key of every namespace starting with `prefix`."""
+
+    @abstractmethod
+    def transact(
+        self,
+        namespace: str,
+        key: str,
+        fn: Callable[[Entry | None], tuple[Entry | None, T]],
+        now: float,
+    ) -> T:
+        """Atomic read-modify-write of one key.
+
+        `fn` sees the current entry (expired ones included) and returns (entry to write or
+        None to write nothing, result). No other writer of that key runs in between; `fn`
+        may be called more than once if the backend retries, so it must be pure.
+        """
+
+    @abstractmethod
+    def scan(self, prefix: str = "") -> Iterator[Row]:
+        """Every row whose namespace starts with `prefix`, ordered by (namespace, key)."""
+
+    @abstractmethod
+    def count_expired(self, now: float) -> int: ...
+
+    @abstractmethod
+    def delete_expired(self, now: float, limit: int) -> int:
+        """Delete up to `limit` rows with expires_at <= now (0 = all, one statement)."""
+
+    @abstractmethod
+    def schema_status(self) -> SchemaStatus: ...
+
+    @abstractmethod
+    def migrate(self) -> list[int]:
+        """Apply pending forward-only migrations; returns the versions applied."""
+
+    def close(self) -> None:
+        """Release connections. The backend may be used again afterwards (it reconnects)."""
+
+    def describe(self) -> str:
+        return self.url
+
+    # Async twins: thread offload keeps one implementation of each operation. A backend with
+    # a native async driver may override them.
+    async def aget(self, namespace: str, key: str) -> Entry | None:
+        return await asyncio.to_thread(self.get, namespace, key)
+
+    async def aset(
+        self, namespace: str, key: str, value: str, expires_at: float | None, now: float
+    ) -> None:
+        await asyncio.to_thread(self.set, namespace, key, value, expires_at, now)
+
+    async def adelete(self, namespace: str, key: str) -> None:
+        await asyncio.to_thread(self.delete, namespace, key)
+
+    async def aclear(self, namespace: str) -> int:
+        return await asyncio.to_thread(self.clear, namespace)
+
+
+def prefix_upper_bound(prefix: str) -> str:
+    """The smallest string greater than every string that starts with `prefix`."""
+    return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+class WorkerStateBackend(ABC):
+    """A worker-side backend (`[workers] state_store_backend`): keeps the value somewhere else
+    and hands the database only a reference, as Airflow 3.3's worker backends do.
+
+    References must be deterministic per (namespace, key) so delete/clear can find the object.
+    """
+
+    #: Values of at most this many bytes of JSON stay inline; None offloads every value.
+    threshold: int | None = None
+
+    @abstractmethod
+    def serialize_to_ref(self, namespace: str, key: str, value: str) -> str:
+        """Store `value` (JSON text) and return the reference to keep in the database."""
+
+    @abstractmethod
+    def deserialize_from_ref(self, ref: str) -> str:
+        """Return the JSON text behind a reference from `serialize_to_ref`."""
+
+    @abstractmethod
+    def delete(self, namespace: str, key: str) -> None: ...
+
+    @abstractmethod
+    def clear(self, namespace: str) -> None: ...
+
+    def clear_prefix(self, prefix: str) -> None:
+        """Remove objects of every namespace under `prefix`; default: nothing to do."""

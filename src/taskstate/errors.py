@@ -1,0 +1,62 @@
+"""Typed errors. Each subclasses the builtin a caller would already catch, and says what to do."""
+
+from __future__ import annotations
+
+
+class TaskStateError(Exception):
+    """Base of every error taskstate raises on purpose."""
+
+
+class InvalidValueError(TaskStateError, ValueError):
+    """The value is JSON-typed but not storable (None, NaN/Inf, too large)."""
+
+
+class ValueTooLargeError(InvalidValueError):
+    """The stored JSON is larger than `[state_store] max_value_storage_bytes`."""
+
+
+class UnsupportedValueTypeError(TaskStateError, TypeError):
+    """Somewhere in the value is a type JSON cannot hold exactly (datetime, tuple, set, ...)."""
+
+
+class InvalidKeyError(TaskStateError, ValueError):
+    """The key is empty, too long, or holds control characters."""
+
+
+class KeyTypeError(InvalidKeyError, TypeError):
+    """The key is not a `str`."""
+
+
+class InvalidRetentionError(TaskStateError, TypeError, ValueError):
+    """`retention` is not None, a `timedelta` >= 0, or `NEVER_EXPIRE`."""
+
+
+class InvalidScopeError(TaskStateError, ValueError):
+    """A scope field is missing or malformed."""
+
+
+class ConfigError(TaskStateError, ValueError):
+    """A `[state_store]` / `[workers]` setting is invalid; the message names the option."""
+
+
+class AssetNotDeclaredError(TaskStateError, KeyError):
+    """The task indexed an asset that is not among its inlets or outlets."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message; show it as written
+        return str(self.args[0]) if self.args else ""
+
+
+class AmbiguousAssetError(TaskStateError, ValueError):
+    """The task has several assets and called a method without saying which."""
+
+
+class BackendError(TaskStateError, RuntimeError):
+    """The storage backend failed; nothing was written."""
+
+
+class BackendUnavailableError(BackendError, ConnectionError):
+    """The storage server could not be reached after bounded retries."""
+
+
+class SchemaMissingError(BackendError):
+    """The backend's tables are missing or outdated; run `taskstate db migrate`."""

@@ -1,0 +1,161 @@
+"""`[state_store]` / `[workers]` settings, read the way Airflow reads them.
+
+Sources, strongest first: `AIRFLOW__<SECTION>__<OPTION>` environment variables, then Airflow's
+own config object when Airflow is already imported (inside a task), else `airflow.cfg`
+(`$AIRFLOW_CONFIG`, or `$AIRFLOW_HOME/airflow.cfg`). Read once per `StateStore`, never per call.
+"""
+
+from __future__ import annotations
+
+import configparser
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from taskstate.errors import ConfigError
+
+# Airflow's own default for `[state_store] backend`; naming it (or nothing) selects our
+# built-in backends by `taskstate_url`.
+AIRFLOW_METASTORE_BACKENDS = frozenset(
+    {
+        "airflow.state.metastore.MetastoreStateStoreBackend",
+        "airflow.state.metastore.MetastoreBackend",
+    }
+)
+
+
+def _int(option: str, minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{option} must be a whole number, got {raw!r}") from None
+        if value < minimum:
+            raise ConfigError(f"{option} must be >= {minimum}, got {value}")
+        return value
+
+    return parse
+
+
+def _bool(option: str) -> Callable[[str], bool]:
+    def parse(raw: str) -> bool:
+        text = raw.strip().lower()
+        if text in ("true", "t", "1", "yes", "on"):
+            return True
+        if text in ("false", "f", "0", "no", "off", ""):
+            return False
+        raise ConfigError(f"{option} must be True or False, got {raw!r}")
+
+    return parse
+
+
+def _text(raw: str) -> str | None:
+    return raw.strip() or None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Every option taskstate reads. Field metadata names the (section, option) it comes from."""
+
+    backend: str | None = None
+    taskstate_url: str | None = None
+    default_retention_days: int = 30
+    state_cleanup_batch_size: int = 0
+    clear_on_success: bool = False
+    max_value_storage_bytes: int = 65535
+    worker_backend: str | None = None
+    sql_alchemy_conn: str | None = None
+
+    @classmethod
+    def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if environ is None else environ
+        lookup = _airflow_lookup() or _file_lookup(env)
+        values: dict[str, Any] = {}
+        for field in fields(cls):
+            section, option, parse = _OPTIONS[field.name]
+            raw = env.get(f"AIRFLOW__{section.upper()}__{option.upper()}")
+            if raw is None:
+                raw = lookup(section, option)
+            if raw is not None:
+                values[field.name] = parse(raw)
+        return cls(**values)
+
+    @property
+    def uses_builtin_backend(self) -> bool:
+        return self.backend is None or self.backend in AIRFLOW_METASTORE_BACKENDS
+
+
+_OPTIONS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
+    "backend": ("state_store", "backend", _text),
+    "taskstate_url": ("state_store", "taskstate_url", _text),
+    "default_retention_days": (
+        "state_store",
+        "default_retention_days",
+        _int("[state_store] default_retention_days", 0),
+    ),
+    "state_cleanup_batch_size": (
+        "state_store",
+        "state_cleanup_batch_size",
+        _int("[state_store] state_cleanup_batch_size", 0),
+    ),
+    "clear_on_success": (
+        "state_store",
+        "clear_on_success",
+        _bool("[state_store] clear_on_success"),
+    ),
+    "max_value_storage_bytes": (
+        "state_store",
+        "max_value_storage_bytes",
+        _int("[state_store] max_value_storage_bytes", 0),
+    ),
+    "worker_backend": ("workers", "state_store_backend", _text),
+    "sql_alchemy_conn": ("database", "sql_alchemy_conn", _text),
+}
+
+Lookup = Callable[[str, str], "str | None"]
+
+
+def _airflow_lookup() -> Lookup | None:
+    """Airflow's config object, only if Airflow is already loaded (we never import it)."""
+    module = sys.modules.get("airflow.configuration")
+    conf = getattr(module, "conf", None)
+    if conf is None:
+        return None
+
+    def lookup(section: str, option: str) -> str | None:
+        if not conf.has_option(section, option):
+            return None
+        value = conf.get(section, option, fallback=None)
+        return None if value is None else str(value)
+
+    return lookup
+
+
+def airflow_home(environ: Mapping[str, str] | None = None) -> Path | None:
+    env = os.environ if environ is None else environ
+    home = env.get("AIRFLOW_HOME")
+    return Path(home).expanduser() if home else None
+
+
+def _file_lookup(env: Mapping[str, str]) -> Lookup:
+    parser = configparser.ConfigParser(interpolation=None)
+    home = airflow_home(env)
+    path = env.get("AIRFLOW_CONFIG") or (str(home / "airflow.cfg") if home else None)
+    if path:
+        try:
+            parser.read(path, encoding="utf-8")
+        except configparser.Error as exc:
+            raise ConfigError(f"cannot parse {path}: {exc}") from None
+
+    def lookup(section: str, option: str) -> str | None:
+        return parser.get(section, option, fallback=None)
+
+    return lookup
+
+
+def default_sqlite_path(environ: Mapping[str, str] | None = None) -> Path:
+    home = airflow_home(environ)
+    return home / "taskstate.db" if home else Path.home() / ".taskstate" / "state.db"

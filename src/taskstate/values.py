@@ -1,0 +1,159 @@
+"""The value, key and retention rules — the one place every write path calls."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import timedelta
+from typing import Any, TypeAlias
+
+from taskstate.errors import (
+    InvalidKeyError,
+    InvalidRetentionError,
+    InvalidValueError,
+    KeyTypeError,
+    UnsupportedValueTypeError,
+    ValueTooLargeError,
+)
+
+JsonValue: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any]
+
+NEVER_EXPIRE: timedelta = timedelta.max
+"""A retention that never expires; equal (and identical) to Airflow 3.3's `NEVER_EXPIRE`."""
+
+MAX_KEY_LENGTH = 512
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SCALARS = (str, int, bool)
+
+_HINTS: dict[str, str] = {
+    "datetime": "store it as text: value.isoformat()",
+    "date": "store it as text: value.isoformat()",
+    "time": "store it as text: value.isoformat()",
+    "timedelta": "store seconds: value.total_seconds()",
+    "tuple": "use a list",
+    "set": "use a sorted list",
+    "frozenset": "use a sorted list",
+    "bytes": "decode it (value.decode()) or base64-encode it",
+    "bytearray": "decode it or base64-encode it",
+    "Decimal": "use str(value) to keep every digit, or float(value)",
+    "UUID": "use str(value)",
+    "Path": "use str(value)",
+    "PosixPath": "use str(value)",
+}
+
+
+def _where(path: str) -> str:
+    return "value" + path
+
+
+def _reject_type(obj: object, path: str) -> UnsupportedValueTypeError:
+    name = type(obj).__name__
+    hint = _HINTS.get(name, "convert it to str, int, float, bool, list or dict first")
+    return UnsupportedValueTypeError(
+        f"{_where(path)} is a {name}, which JSON cannot store exactly; {hint}"
+    )
+
+
+def _check(obj: object, path: str) -> None:
+    kind = type(obj)
+    if kind in _SCALARS:
+        return
+    if isinstance(obj, float) and kind is float:
+        if not math.isfinite(obj):
+            raise InvalidValueError(
+                f"{_where(path)} is {obj!r}; JSON has no NaN or Infinity — store a string "
+                'such as "NaN" or leave the key out'
+            )
+        return
+    if isinstance(obj, list) and kind is list:
+        for i, item in enumerate(obj):
+            if item is not None:
+                _check(item, f"{path}[{i}]")
+        return
+    if isinstance(obj, dict) and kind is dict:
+        for k, item in obj.items():
+            if type(k) is not str:
+                raise UnsupportedValueTypeError(
+                    f"{_where(path)} has the {type(k).__name__} key {k!r}; JSON object keys "
+                    f"are text — use str({k!r}) as the key"
+                )
+            if item is not None:
+                _check(item, f"{path}[{k!r}]")
+        return
+    raise _reject_type(obj, path)
+
+
+def encode_value(value: object) -> str:
+    """Validate `value` and return its stored JSON text. Raises before anything is written."""
+    if value is None:
+        raise InvalidValueError(
+            "the value is None; None cannot be stored — use delete(key) to remove a key, "
+            'or store a sentinel such as "" or {}'
+        )
+    _check(value, "")
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def decode_value(text: str) -> Any:
+    return json.loads(text)
+
+
+def check_size(text: str, limit: int, key: str, *, offload_configured: bool) -> None:
+    """Enforce `[state_store] max_value_storage_bytes` on the UTF-8 bytes actually stored."""
+    if limit <= 0 or len(text) * 4 <= limit:  # 4 = the most bytes one char can take in UTF-8
+        return
+    size = len(text.encode("utf-8"))
+    if size > limit:
+        where = (
+            "even after offloading"
+            if offload_configured
+            else "raise [state_store] max_value_storage_bytes (0 = no limit), or set "
+            "[workers] state_store_backend to an offloading backend such as "
+            "taskstate.backends.offload.OffloadBackend"
+        )
+        raise ValueTooLargeError(
+            f"the value for key {key!r} is {size} bytes of JSON, over the limit of {limit} "
+            f"bytes; {where}"
+        )
+
+
+def check_key(key: object) -> str:
+    if type(key) is not str:
+        raise KeyTypeError(f"a key must be a str, got {type(key).__name__} {key!r}")
+    if not key:
+        raise InvalidKeyError("a key must not be empty")
+    if len(key) > MAX_KEY_LENGTH:
+        raise InvalidKeyError(
+            f"a key is at most {MAX_KEY_LENGTH} characters; this one has {len(key)} "
+            f"(starts {key[:40]!r}) — use a short descriptive name"
+        )
+    if _CONTROL.search(key):
+        raise InvalidKeyError(f"a key must not contain control characters: {key!r}")
+    return key
+
+
+def expires_at(retention: object, default_days: int, now: float) -> float | None:
+    """Epoch seconds at which a task key expires, or None for never.
+
+    NEVER_EXPIRE is recognised by value (a copy or an unpickled one counts); a retention so
+    long that it passes the largest datetime also means never.
+    """
+    if retention is None:
+        return None if default_days == 0 else now + default_days * 86400.0
+    if not isinstance(retention, timedelta):
+        raise InvalidRetentionError(
+            f"retention must be a datetime.timedelta, NEVER_EXPIRE or None, got "
+            f"{type(retention).__name__} {retention!r}; for days write timedelta(days=N)"
+        )
+    if retention < timedelta(0):
+        raise InvalidRetentionError(
+            f"retention must not be negative, got {retention!r}; use delete(key) to drop a key"
+        )
+    if retention >= _EFFECTIVELY_NEVER:
+        return None
+    return now + retention.total_seconds()
+
+
+# Beyond ~9000 years no datetime can hold the expiry; treat it as NEVER_EXPIRE, not an overflow.
+_EFFECTIVELY_NEVER = timedelta(days=9000 * 365)
