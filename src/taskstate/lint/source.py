@@ -8,6 +8,7 @@ is taken at face value, and a name the file binds to something else is not ours 
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from dataclasses import dataclass, field
 
@@ -275,14 +276,19 @@ class Source:
         return f"{head}\n{gap}    {body.strip()}"
 
     def comment_near(self, line: int) -> bool:
-        """True when the line, or the line above it, carries a `#` comment (a stated reason)."""
-        for number in (line, line - 1):
-            if 1 <= number <= len(self.lines) and "#" in self.lines[number - 1]:
-                text = self.lines[number - 1]
-                if "# noqa" in text and text.count("#") == 1:
-                    continue
-                return True
+        """A stated reason: a comment on the line itself, or a comment line just above it."""
+        if 1 <= line <= len(self.lines) and _has_reason(self.lines[line - 1]):
+            return True
+        above = self.lines[line - 2].strip() if line >= 2 else ""
+        return above.startswith("#") and _has_reason(above)
+
+
+def _has_reason(text: str) -> bool:
+    """A `#` comment that is more than a noqa directive."""
+    if "#" not in text:
         return False
+    comment = text[text.index("#") :]
+    return bool(re.sub(r"#\s*noqa(:[\sA-Z0-9,]*)?", "", comment, flags=re.I).strip(" #"))
 
 
 def _task_name(node: ast.expr) -> str | None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from taskstate.lint.checks.base import Context
 from taskstate.lint.finding import Finding
-from taskstate.lint.source import Source, is_false, is_true, keyword
+from taskstate.lint.source import Function, Source, is_false, is_true, keyword
 
 _NO_WAIT = ("wait_for_termination", "wait_for_completion")
 # Operators whose constructor takes `wait_for_termination` next to `deferrable` (read from the
@@ -34,12 +34,18 @@ _POLL_TASK = re.compile(r"^(wait_for|poll|check)_|_sensor$", re.IGNORECASE)
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
     sensor = _first_sensor(src)
-    for call, _func in src.calls:
+    for call, func in src.calls:
         name = _callee_name(call)
         for param in _NO_WAIT:
             kw = keyword(call, param)
-            if kw is not None and is_false(kw.value):
-                note = f"; a separate sensor ({sensor}) polls it" if sensor else ""
+            # without a sensor in the file it is fire-and-forget, not the split this rule is about
+            if kw is not None and is_false(kw.value) and sensor is not None:
+                linked = _linked_sensor(src, call, func)
+                note = (
+                    f"; sensor {linked} polls it"
+                    if linked
+                    else f"; a separate sensor ({sensor}) may poll it"
+                )
                 yield ctx.finding(
                     src,
                     "TS301",
@@ -99,6 +105,44 @@ def _first_sensor(src: Source) -> str | None:
                 return func.name
             if func.cls is None and _POLL_TASK.search(func.name):
                 return func.name
+    return None
+
+
+def _linked_sensor(src: Source, submit: ast.Call, func: Function | None) -> str | None:
+    """The sensor that reads this submit's result (`submit.output`, XComArg, its task_id)."""
+    variable = _assigned_to(src, submit, func)
+    task_id = keyword(submit, "task_id")
+    task_id_text = (
+        task_id.value.value
+        if task_id is not None and isinstance(task_id.value, ast.Constant)
+        else None
+    )
+    for call, sensor_func in src.calls:
+        name = _callee_name(call)
+        if not name or not name.endswith("Sensor"):
+            continue
+        for node in ast.walk(call):
+            if variable and isinstance(node, ast.Name) and node.id == variable:
+                return _assigned_to(src, call, sensor_func) or name
+            if (
+                isinstance(task_id_text, str)
+                and isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and (f"'{task_id_text}'" in node.value or f'"{task_id_text}"' in node.value)
+            ):
+                return _assigned_to(src, call, sensor_func) or name
+    return None
+
+
+def _assigned_to(src: Source, call: ast.Call, func: Function | None) -> str | None:
+    if func is None:
+        for name, value in src.values.items():
+            if value is call:
+                return name
+        return None
+    for assign in func.assigns:
+        if assign.value is call and isinstance(assign.targets[0], ast.Name):
+            return assign.targets[0].id
     return None
 
 
