@@ -88,7 +88,10 @@ def _store() -> StateStore:
 def _console() -> Any:
     from rich.console import Console  # rich is only needed for human output
 
-    return Console()
+    console = Console()
+    if not console.is_terminal:  # piped or logged: don't squeeze tables into 80 columns
+        console.width = 200
+    return console
 
 
 def _print_json(data: Any) -> None:

@@ -10,8 +10,8 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from tests.postgres_server import PostgresServer, free_port
 
-from postgres_server import PostgresServer, free_port
 from taskstate import StateStore, TaskScope
 from taskstate.backends import open_backend
 from taskstate.backends.base import Entry, SchemaStatus
