@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from enum import Enum
 from datetime import timedelta
+from enum import Enum
 from typing import Any, TypeAlias
 
 from taskstate.errors import (
