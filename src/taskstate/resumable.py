@@ -297,13 +297,13 @@ class ResumableJobMixin(ABC):
             )
         status = self.get_job_status(external_id, context)
         if self.is_job_active(status):
-            action = ResumeAction.RECONNECT
+            action, reason = ResumeAction.RECONNECT, "the job is still active: polling it"
         elif self.is_job_succeeded(status):
-            action = ResumeAction.ALREADY_SUCCEEDED
+            action, reason = ResumeAction.ALREADY_SUCCEEDED, "the job succeeded: no polling"
         else:
-            action = ResumeAction.TERMINAL_RESUBMIT
+            action, reason = ResumeAction.TERMINAL_RESUBMIT, "the job did not succeed: a new one"
         return ResumeDecision(
-            action, external_id=external_id, status=status, recovered=recovered, reason=status
+            action, external_id=external_id, status=status, recovered=recovered, reason=reason
         )
 
     # -- state --------------------------------------------------------------------------
@@ -427,15 +427,15 @@ class ResumableJobMixin(ABC):
         _emit(counters, _stats_tags(self, context))
         _set_span(span, decision, key)
         level = "warning" if action in _WARNED else "info"
+        facts = [f"{key}={decision.external_id!r}"] if decision.external_id is not None else []
+        if decision.status is not None:
+            facts.append(f"status {decision.status}")
+        if decision.recovered:
+            facts.append("id recovered by find_job")
+        if decision.token is not None:
+            facts.append(f"idempotency token {decision.token}")
         getattr(log, level)(
-            "Resumable job decision %s for %s=%r (status %s, recovered %s, token %s): %s",
-            action.value,
-            key,
-            decision.external_id,
-            decision.status,
-            decision.recovered,
-            decision.token,
-            decision.reason,
+            "Resumable job: %s (%s) — %s", action.value, ", ".join(facts) or key, decision.reason
         )
 
     def _resumable_lost_message(self, decision: ResumeDecision) -> str:
