@@ -6,13 +6,11 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from datetime import timedelta
 from typing import Any
 
 import pytest
 
 from taskstate import (
-    NEVER_EXPIRE,
     ResumableJobMixin,
     ResumeAction,
     StateStore,
@@ -337,10 +335,9 @@ def test_an_incomplete_operator_fails_at_construction(missing: str) -> None:
 def test_importing_taskstate_does_not_import_airflow_or_opentelemetry() -> None:
     import subprocess
 
-    code = "import sys, taskstate; print(sorted(m for m in sys.modules if m.split('.')[0] in ('airflow', 'opentelemetry')))"
+    code = (
+        "import sys, taskstate; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('airflow', 'opentelemetry')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-
-
-def test_retention_constant_is_airflows() -> None:
-    assert NEVER_EXPIRE == timedelta.max
