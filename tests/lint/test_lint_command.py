@@ -249,6 +249,16 @@ def test_real_process_python_dash_m(project: Path) -> None:
         check=False,
     )
     assert ok.returncode == 0, ok.stderr
+    via_main_cli = subprocess.run(
+        [sys.executable, "-m", "taskstate", "lint", "--format", "json", "bad.py"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert via_main_cli.returncode == 1, via_main_cli.stderr
+    assert codes_from_json(via_main_cli.stdout) == ["7 TS101", "9 TS101"]
     usage = subprocess.run(
         [sys.executable, "-m", "taskstate.lint", "--nope"],
         cwd=project,

@@ -177,3 +177,21 @@ def test_asset_rule_needs_a_provable_declaration() -> None:
     )
     findings = lint_source(text, "d.py", LintConfig(), NATIVE).findings
     assert [(f.code, f.line) for f in findings] == [("TS505", 13)]
+
+
+def test_installed_airflow_is_read_from_metadata_without_importing_it(tmp_path: Path) -> None:
+    """A real distribution on sys.path (its metadata only: `import airflow` would fail)."""
+    import subprocess
+    import sys
+
+    info = tmp_path / "apache_airflow-2.10.5.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: apache-airflow\nVersion: 2.10.5\n")
+    probe = (
+        f"import sys; sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from taskstate.lint import AirflowVersion\n"
+        "v = AirflowVersion.detect(); print(v.label, v.source, v.native)\n"
+        "assert 'airflow' not in sys.modules\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["2.10", "installed", "False"]
