@@ -285,10 +285,11 @@ class PostgresBackend(StateBackend):
         """Run `op` on a pooled connection; retry transient failures for a bounded window."""
         delay, deadline, attempts = 0.05, 0.0, 0
         while True:
-            pool = self._pool()
+            pool = None
             # getconn/putconn, not pool.connection(): that also runs a (no-op) commit per call.
             # putconn rolls back a connection left in a transaction and discards a broken one.
             try:
+                pool = self._pool()
                 conn = pool.getconn()
                 try:
                     return op(conn)
@@ -318,7 +319,7 @@ class PostgresBackend(StateBackend):
                 ) from last
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
-            if pool is self._pool_obj:
+            if pool is not None and pool is self._pool_obj:
                 pool.check()  # drop every idle connection the outage broke, not one per attempt
 
     def _reason(self, exc: BaseException) -> str:
