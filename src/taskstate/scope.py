@@ -11,6 +11,7 @@ from taskstate.errors import InvalidScopeError
 SEP = "\x1f"
 TASK_KIND = "t"
 ASSET_KIND = "a"
+ASSET_PREFIX = ASSET_KIND + SEP  # every asset namespace starts with it
 
 
 def _field(name: str, value: object) -> str:
@@ -69,7 +70,7 @@ class AssetScope:
 
     @property
     def namespace(self) -> str:
-        return ASSET_KIND + SEP + self.identity
+        return ASSET_PREFIX + self.identity
 
 
 def task_prefix(dag_id: str, run_id: str | None = None, task_id: str | None = None) -> str:

@@ -55,6 +55,15 @@ class StateStore:
     def asset_state(self, scope: AssetScope) -> AssetStateStore:
         return AssetStateStore(self, scope)
 
+    def load_value(self, text: str) -> Any:
+        """Decode stored JSON text, following an offload reference when one is configured."""
+        value = decode_value(text)
+        if self.worker_backend is not None and type(value) is dict and len(value) == 1:
+            ref = value.get(REF_MARKER)
+            if isinstance(ref, str):
+                return decode_value(self.worker_backend.deserialize_from_ref(ref))
+        return value
+
     def close(self) -> None:
         self.backend.close()
 
@@ -79,6 +88,7 @@ class _Accessor:
         self._clock = store.clock
         self._limit = store.settings.max_value_storage_bytes
         self._default_days = store.settings.default_retention_days
+        self._load = store.load_value
 
     # -- reading --------------------------------------------------------------------------
 
@@ -103,14 +113,6 @@ class _Accessor:
             if row.namespace == self._ns and (row.expires_at is None or row.expires_at > now)
         ]
 
-    def _load(self, text: str) -> Any:
-        value = decode_value(text)
-        if self._worker is not None and type(value) is dict and len(value) == 1:
-            ref = value.get(REF_MARKER)
-            if isinstance(ref, str):
-                return decode_value(self._worker.deserialize_from_ref(ref))
-        return value
-
     # -- writing --------------------------------------------------------------------------
 
     def _stored_text(self, key: str, value: object) -> str:
@@ -133,6 +135,14 @@ class _Accessor:
 
     def _expiry(self, retention: object, now: float) -> float | None:
         return expires_at(retention, self._default_days, now)
+
+    def _restore(self, key: str, value: object, expires: float | None) -> None:
+        """Write with an absolute expiry (import/restore); same validation as `set`."""
+        text = self._stored_text(key, value)
+        self._backend.set(self._ns, key, text, self._expiry_of(expires), self._clock())
+
+    def _expiry_of(self, expires: float | None) -> float | None:
+        return expires
 
     def delete(self, key: str) -> None:
         """Remove `key`; a no-op when it is absent."""
@@ -244,6 +254,9 @@ class AssetStateStore(_Accessor):
     scope: AssetScope
 
     def _expiry(self, retention: object, now: float) -> float | None:
+        return None
+
+    def _expiry_of(self, expires: float | None) -> float | None:
         return None
 
     def set(self, key: str, value: JsonValue) -> None:

@@ -92,11 +92,12 @@ def encode_value(value: object) -> str:
             'or store a sentinel such as "" or {}'
         )
     _check(value, "")
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _encode(value)
 
 
-def decode_value(text: str) -> Any:
-    return json.loads(text)
+# Built once: json.dumps with any non-default argument builds a new encoder on every call.
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode
+decode_value = json.JSONDecoder().decode
 
 
 def check_size(text: str, limit: int, key: str, *, offload_configured: bool) -> None:
@@ -137,7 +138,7 @@ def expires_at(retention: object, default_days: int, now: float) -> float | None
     """Epoch seconds at which a task key expires, or None for never.
 
     NEVER_EXPIRE is recognised by value (a copy or an unpickled one counts); a retention so
-    long that it passes the largest datetime also means never.
+    long that the expiry passes the last representable datetime also means never.
     """
     if retention is None:
         return None if default_days == 0 else now + default_days * 86400.0
@@ -150,10 +151,11 @@ def expires_at(retention: object, default_days: int, now: float) -> float | None
         raise InvalidRetentionError(
             f"retention must not be negative, got {retention!r}; use delete(key) to drop a key"
         )
-    if retention >= _EFFECTIVELY_NEVER:
+    if retention == NEVER_EXPIRE:
         return None
-    return now + retention.total_seconds()
+    at = now + retention.total_seconds()
+    return None if at > _LAST_DATETIME else at
 
 
-# Beyond ~9000 years no datetime can hold the expiry; treat it as NEVER_EXPIRE, not an overflow.
-_EFFECTIVELY_NEVER = timedelta(days=9000 * 365)
+# 9999-12-31T23:59:59Z: an expiry past the last datetime means never, not an overflow.
+_LAST_DATETIME = 253402300799.0

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh clone: bootstrap, static checks, then every test stage.
+# Each stage builds and starts what it needs (PostgreSQL on loopback, pinned Airflow envs).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/bootstrap.sh
+V=.venv/bin
+echo "== ruff"; "$V/ruff" check src tests bench examples; "$V/ruff" format --check src tests bench examples
+echo "== mypy"; "$V/mypy"
+echo "== pytest"; "$V/pytest" "$@"

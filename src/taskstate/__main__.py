@@ -1,0 +1,3 @@
+from taskstate.cli import main
+
+main()

@@ -1,0 +1,516 @@
+"""The `taskstate` command: inspect and edit state, clean, export/import, doctor, db, lint."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import importlib.util
+import json
+import sys
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta, timezone
+from typing import Any, TextIO, TypeVar
+
+import click
+
+from taskstate import transfer
+from taskstate.cleanup import clean as run_cleanup
+from taskstate.errors import TaskStateError
+from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
+from taskstate.settings import Settings
+from taskstate.store import AssetStateStore, StateStore, TaskStateStore
+from taskstate.values import NEVER_EXPIRE
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+# Subcommands that live in their own package and are imported only when used.
+_LAZY = {"lint": "taskstate.lint.command:lint"}
+
+
+class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        present = [name for name, target in _LAZY.items() if _importable(target)]
+        return sorted([*super().list_commands(ctx), *present])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = _LAZY.get(name)
+        if target is not None and _importable(target):
+            module, _, attr = target.partition(":")
+            command: click.Command = getattr(importlib.import_module(module), attr)
+            return command
+        return super().get_command(ctx, name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TaskStateError as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+def _importable(target: str) -> bool:
+    try:
+        return importlib.util.find_spec(target.partition(":")[0]) is not None
+    except ModuleNotFoundError:  # the parent package is absent
+        return False
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--url",
+    envvar="TASKSTATE_URL",
+    help="Backend URL (sqlite:///path.db, postgresql://...). Default: [state_store] settings.",
+)
+@click.pass_context
+def main(ctx: click.Context, url: str | None) -> None:
+    """Durable task and asset state for Airflow and plain Python."""
+    ctx.obj = _Lazy(url)
+
+
+class _Lazy:
+    """Opens the store only for commands that need it (lint and --help never do)."""
+
+    def __init__(self, url: str | None) -> None:
+        self.url = url
+        self._store: StateStore | None = None
+
+    @property
+    def store(self) -> StateStore:
+        if self._store is None:
+            self._store = StateStore(self.url)
+        return self._store
+
+
+def _store() -> StateStore:
+    lazy: _Lazy = click.get_current_context().obj
+    return lazy.store
+
+
+def _console() -> Any:
+    from rich.console import Console  # rich is only needed for human output
+
+    console = Console()
+    if not console.is_terminal:  # piped or logged: don't squeeze tables into 80 columns
+        console.width = 200
+    return console
+
+
+def _print_json(data: Any) -> None:
+    click.echo(json.dumps(data, ensure_ascii=False, indent=2))
+
+
+def _when(epoch: float | None) -> str:
+    if epoch is None:
+        return "never"
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+def _parse_json_value(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError:
+        raise click.BadParameter(
+            f"{raw!r} is not JSON; quote text as '\"{raw}\"' or pass --text", param_hint="VALUE"
+        ) from None
+
+
+# -- scopes ---------------------------------------------------------------------------------
+
+
+def _task_options(require_all: bool) -> Callable[[F], F]:
+    def wrap(fn: F) -> F:
+        fn = click.option("--map-index", type=int, default=None, help="Default: -1 (not mapped).")(
+            fn
+        )
+        fn = click.option("--task-id", required=require_all)(fn)
+        fn = click.option("--run-id", required=require_all)(fn)
+        fn = click.option("--dag-id", required=True)(fn)
+        return fn
+
+    return wrap
+
+
+def _task(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> TaskStateStore:
+    return _store().task_state(
+        TaskScope(dag_id, run_id, task_id, -1 if map_index is None else map_index)
+    )
+
+
+def _asset_options(fn: F) -> F:
+    fn = click.option("--uri", default=None, help="The asset's URI (when it has no name).")(fn)
+    fn = click.option("--name", default=None, help="The asset's name.")(fn)
+    return fn
+
+
+def _asset(name: str | None, uri: str | None) -> AssetStateStore:
+    if name is None and uri is None:
+        raise click.UsageError("give the asset's --name or --uri")
+    return _store().asset_state(AssetScope(name=name, uri=uri))
+
+
+# -- shared read/write commands ------------------------------------------------------------
+
+
+def _show_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
+    if as_json:
+        _print_json(rows)
+        return
+    from rich.table import Table
+
+    table = Table(*columns)
+    for row in rows:
+        table.add_row(*(_cell(row.get(c)) for c in columns))
+    _console().print(table)
+    if not rows:
+        click.echo("(no keys)")
+
+
+def _cell(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _get(acc: TaskStateStore | AssetStateStore, key: str, as_json: bool) -> None:
+    missing = object()
+    value = acc.get(key, missing)
+    if value is missing:
+        raise click.ClickException(f"no key {key!r} in {acc.scope}")
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2 if as_json else None))
+
+
+@main.group()
+def task() -> None:
+    """Task instance state (scope: --dag-id --run-id --task-id [--map-index])."""
+
+
+@task.command("list")
+@_task_options(require_all=False)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def task_list(
+    dag_id: str, run_id: str | None, task_id: str | None, map_index: int | None, as_json: bool
+) -> None:
+    """List keys under a DAG, run, task or one map index (expired keys are not shown)."""
+    store = _store()
+    if map_index is not None:
+        if run_id is None or task_id is None:
+            raise click.UsageError("--map-index needs --run-id and --task-id")
+        prefix = TaskScope(dag_id, run_id, task_id, map_index).namespace
+    else:
+        prefix = task_prefix(dag_id, run_id, task_id)
+    now = store.clock()
+    rows = []
+    for row in store.backend.scan(prefix):
+        scope = parse_namespace(row.namespace)
+        if not isinstance(scope, TaskScope) or (map_index is not None and row.namespace != prefix):
+            continue
+        if row.expires_at is not None and row.expires_at <= now:
+            continue
+        rows.append(
+            {
+                "dag_id": scope.dag_id,
+                "run_id": scope.run_id,
+                "task_id": scope.task_id,
+                "map_index": scope.map_index,
+                "key": row.key,
+                "value": store.load_value(row.value),
+                "expires_at": _when(row.expires_at),
+                "updated_at": _when(row.updated_at),
+            }
+        )
+    _show_rows(
+        rows,
+        as_json,
+        ["run_id", "task_id", "map_index", "key", "value", "expires_at", "updated_at"],
+    )
+
+
+@task.command("get")
+@click.argument("key")
+@_task_options(require_all=True)
+@click.option("--json", "as_json", is_flag=True, help="Pretty-printed JSON.")
+def task_get(
+    key: str, dag_id: str, run_id: str, task_id: str, map_index: int | None, as_json: bool
+) -> None:
+    """Print KEY's value as JSON (exit 1 when absent or expired)."""
+    _get(_task(dag_id, run_id, task_id, map_index), key, as_json)
+
+
+@task.command("set")
+@click.argument("key")
+@click.argument("value")
+@_task_options(require_all=True)
+@click.option("--text", is_flag=True, help="Store VALUE as a string instead of parsing JSON.")
+@click.option(
+    "--retention-days",
+    type=click.FloatRange(min=0),
+    default=None,
+    help="Default: [state_store] default_retention_days.",
+)
+@click.option("--never-expire", is_flag=True, help="Keep the key regardless of retention.")
+def task_set(
+    key: str,
+    value: str,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int | None,
+    text: bool,
+    retention_days: float | None,
+    never_expire: bool,
+) -> None:
+    """Set KEY to VALUE (JSON, e.g. 42, '"text"', '{"a": 1}')."""
+    if never_expire and retention_days is not None:
+        raise click.UsageError("--never-expire and --retention-days exclude each other")
+    retention = (
+        NEVER_EXPIRE
+        if never_expire
+        else (None if retention_days is None else timedelta(days=retention_days))
+    )
+    parsed = value if text else _parse_json_value(value)
+    _task(dag_id, run_id, task_id, map_index).set(key, parsed, retention=retention)
+
+
+@task.command("delete")
+@click.argument("key")
+@_task_options(require_all=True)
+def task_delete(key: str, dag_id: str, run_id: str, task_id: str, map_index: int | None) -> None:
+    """Delete KEY (no error when absent)."""
+    _task(dag_id, run_id, task_id, map_index).delete(key)
+
+
+@task.command("clear")
+@_task_options(require_all=True)
+@click.option("--all-map-indices", is_flag=True, help="Every map index of the task in the run.")
+def task_clear(
+    dag_id: str, run_id: str, task_id: str, map_index: int | None, all_map_indices: bool
+) -> None:
+    """Delete every key of a task instance (or, with --all-map-indices, of every index)."""
+    if all_map_indices:
+        if map_index is not None:
+            raise click.UsageError("--all-map-indices and --map-index exclude each other")
+        store = _store()
+        prefix = task_prefix(dag_id, run_id, task_id)
+        n = store.backend.clear_prefix(prefix)
+        if store.worker_backend is not None:
+            store.worker_backend.clear_prefix(prefix)
+        click.echo(f"deleted {n} keys across all map indices of {dag_id}.{task_id} in {run_id}")
+        return
+    _task(dag_id, run_id, task_id, map_index).clear()
+
+
+@main.group()
+def asset() -> None:
+    """Asset state (scope: --name or --uri). Asset state never expires."""
+
+
+@asset.command("list")
+@_asset_options
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def asset_list(name: str | None, uri: str | None, as_json: bool) -> None:
+    """List the keys of one asset, or of every asset when none is named."""
+    store = _store()
+    if name is None and uri is None:
+        rows = [
+            {
+                "asset": parse_namespace(r.namespace).identity,  # type: ignore[union-attr]
+                "key": r.key,
+                "value": store.load_value(r.value),
+                "updated_at": _when(r.updated_at),
+            }
+            for r in store.backend.scan(ASSET_PREFIX)
+        ]
+    else:
+        acc = _asset(name, uri)
+        rows = [{"asset": acc.scope.identity, "key": k, "value": v} for k, v in acc.items()]
+    _show_rows(rows, as_json, ["asset", "key", "value"])
+
+
+@asset.command("get")
+@click.argument("key")
+@_asset_options
+@click.option("--json", "as_json", is_flag=True, help="Pretty-printed JSON.")
+def asset_get(key: str, name: str | None, uri: str | None, as_json: bool) -> None:
+    """Print KEY's value as JSON (exit 1 when absent)."""
+    _get(_asset(name, uri), key, as_json)
+
+
+@asset.command("set")
+@click.argument("key")
+@click.argument("value")
+@_asset_options
+@click.option("--text", is_flag=True, help="Store VALUE as a string instead of parsing JSON.")
+def asset_set(key: str, value: str, name: str | None, uri: str | None, text: bool) -> None:
+    """Set KEY to VALUE (JSON)."""
+    _asset(name, uri).set(key, value if text else _parse_json_value(value))
+
+
+@asset.command("delete")
+@click.argument("key")
+@_asset_options
+def asset_delete(key: str, name: str | None, uri: str | None) -> None:
+    """Delete KEY (no error when absent)."""
+    _asset(name, uri).delete(key)
+
+
+@asset.command("clear")
+@_asset_options
+def asset_clear(name: str | None, uri: str | None) -> None:
+    """Delete every key of the asset."""
+    _asset(name, uri).clear()
+
+
+# -- maintenance ----------------------------------------------------------------------------
+
+
+@main.command()
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@click.option(
+    "--batch-size",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Rows per batch. Default: [state_store] state_cleanup_batch_size (0 = one).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+def clean(dry_run: bool, batch_size: int | None, as_json: bool) -> None:
+    """Delete expired task state (asset state never expires)."""
+    from rich.progress import Progress
+
+    store = _store()
+    with Progress(transient=True, disable=as_json or dry_run) as progress:
+        bar = progress.add_task("deleting expired task state", total=None)
+        result = run_cleanup(
+            store,
+            batch_size=batch_size,
+            dry_run=dry_run,
+            on_batch=lambda n: progress.update(bar, advance=n),
+        )
+    if as_json:
+        _print_json(result.__dict__)
+    elif dry_run:
+        click.echo(f"would delete {result.expired} expired task keys (dry run)")
+    else:
+        click.echo(
+            f"deleted {result.deleted} expired task keys in {result.batches} batch(es), "
+            f"{result.seconds:.2f}s; longest batch {result.longest_batch_s * 1000:.1f} ms"
+        )
+
+
+@main.command("export")
+@click.argument("output", type=click.File("w", encoding="utf-8"), default="-")
+@click.option("--dag-id", default=None, help="Only this DAG's task state.")
+def export_cmd(output: TextIO, dag_id: str | None) -> None:
+    """Write all state (or one DAG's) as JSON lines to OUTPUT (default: stdout)."""
+    count = 0
+    for line in transfer.export_lines(_store(), task_prefix(dag_id) if dag_id else ""):
+        output.write(line + "\n")
+        count += 1
+    click.echo(f"exported {count} keys", err=True)
+
+
+@main.command("import")
+@click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
+def import_cmd(source: TextIO) -> None:
+    """Read JSON lines from `taskstate export`; all lines are checked before anything is written."""
+    result = transfer.import_lines(_store(), source)
+    click.echo(f"imported {result.written} keys; skipped {result.skipped_expired} already expired")
+
+
+@main.group()
+def db() -> None:
+    """Schema management (versioned, forward-only migrations)."""
+
+
+@db.command("migrate")
+def db_migrate() -> None:
+    """Create or upgrade the backend's tables."""
+    store = _store()
+    applied = store.backend.migrate()
+    status = store.backend.schema_status()
+    click.echo(
+        f"{store.backend.describe()}: "
+        + (
+            f"applied {', '.join(map(str, applied))}; now at version {status.current}"
+            if applied
+            else f"already at version {status.current}"
+        )
+    )
+
+
+@db.command("check")
+def db_check() -> None:
+    """Exit 1 unless the schema is at the version this taskstate needs."""
+    store = _store()
+    status = store.backend.schema_status()
+    if not status.up_to_date:
+        raise click.ClickException(
+            f"{store.backend.describe()}: schema version {status.current or 'none'}, "
+            f"need {status.latest}; run `taskstate db migrate`"
+        )
+    click.echo(f"{store.backend.describe()}: schema version {status.current} (current)")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def doctor(as_json: bool) -> None:
+    """Settings in force, backend reachability, Airflow version and which store is active."""
+    checks = list(_doctor_checks())
+    if as_json:
+        _print_json([{"check": c, "status": s, "detail": d} for c, s, d in checks])
+    else:
+        from rich.table import Table
+
+        table = Table("check", "status", "detail")
+        colour = {"ok": "green", "warn": "yellow", "fail": "red"}
+        for check, status, detail in checks:
+            table.add_row(check, f"[{colour[status]}]{status}[/]", detail)
+        _console().print(table)
+    if any(status == "fail" for _, status, _ in checks):
+        sys.exit(1)
+
+
+def _doctor_checks() -> Iterator[tuple[str, str, str]]:
+    try:
+        settings = Settings.load()
+    except TaskStateError as exc:
+        yield "settings", "fail", str(exc)
+        return
+    for field, value in settings.__dict__.items():
+        shown = _redact(value) if field in ("taskstate_url", "sql_alchemy_conn") else value
+        yield f"setting {field}", "ok", repr(shown)
+    lazy: _Lazy = click.get_current_context().obj
+    try:
+        store = lazy.store
+        status = store.backend.schema_status()
+        state = "ok" if status.up_to_date else "fail"
+        hint = "" if status.up_to_date else "; run `taskstate db migrate`"
+        yield (
+            "backend",
+            state,
+            f"{_redact(store.backend.describe())}: schema {status.current}{hint}",
+        )
+    except Exception as exc:  # doctor reports every failure instead of stopping at one
+        yield "backend", "fail", f"{type(exc).__name__}: {exc}"
+    yield from _airflow_checks()
+
+
+def _airflow_checks() -> Iterator[tuple[str, str, str]]:
+    if _importable("taskstate.airflow.doctor"):
+        report = importlib.import_module("taskstate.airflow.doctor").report
+        yield from report()
+        return
+    for dist in ("apache-airflow-core", "apache-airflow"):
+        try:
+            yield "airflow", "ok", f"{dist} {importlib.metadata.version(dist)}"
+            return
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    yield "airflow", "ok", "not installed: plain-Python use"
+
+
+def _redact(url: Any) -> Any:
+    if not isinstance(url, str) or "@" not in url or "://" not in url:
+        return url
+    scheme, rest = url.split("://", 1)
+    creds, host = rest.rsplit("@", 1)
+    user = creds.split(":", 1)[0]
+    return f"{scheme}://{user}:***@{host}"

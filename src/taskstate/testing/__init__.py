@@ -1,0 +1,1 @@
+"""Reusable test kits. Importing this package needs pytest; the core never imports it."""

@@ -1,0 +1,180 @@
+"""The contract every `StateBackend` passes — shipped in the package so third-party backends can
+run it too. Subclass `BackendContract` in a test module and provide a `backend` fixture that
+yields a fresh, migrated, empty backend:
+
+    class TestMyBackend(BackendContract):
+        @pytest.fixture
+        def backend(self, tmp_path):
+            yield MyBackend(...)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+
+from taskstate.backends.base import Entry, StateBackend
+from taskstate.scope import AssetScope, TaskScope, task_prefix
+
+NS = TaskScope("dag", "run", "task").namespace
+NS_1 = TaskScope("dag", "run", "task", 1).namespace
+NS_10 = TaskScope("dag", "run", "task", 10).namespace
+OTHER_RUN = TaskScope("dag", "run2", "task").namespace
+ASSET = AssetScope(name="orders").namespace
+NOW = 1_000_000.0
+
+
+class BackendContract:
+    """Behaviour the store relies on, stated once for every backend."""
+
+    def test_get_absent_is_none(self, backend: StateBackend) -> None:
+        assert backend.get(NS, "missing") is None
+
+    def test_set_then_get_round_trips_text_and_expiry(self, backend: StateBackend) -> None:
+        backend.set(NS, "k", '{"a":[1,2]}', NOW + 5.5, NOW)
+        assert backend.get(NS, "k") == Entry('{"a":[1,2]}', NOW + 5.5)
+        backend.set(NS, "never", "1", None, NOW)
+        assert backend.get(NS, "never") == Entry("1", None)
+
+    def test_set_overwrites(self, backend: StateBackend) -> None:
+        backend.set(NS, "k", "1", NOW + 1, NOW)
+        backend.set(NS, "k", "2", None, NOW + 1)
+        assert backend.get(NS, "k") == Entry("2", None)
+        assert [r.updated_at for r in backend.scan(NS)] == [NOW + 1]
+
+    def test_namespaces_are_isolated(self, backend: StateBackend) -> None:
+        for i, ns in enumerate((NS, NS_1, NS_10, OTHER_RUN, ASSET)):
+            backend.set(ns, "k", str(i), None, NOW)
+        assert [backend.get(ns, "k") for ns in (NS, NS_1, NS_10, OTHER_RUN, ASSET)] == [
+            Entry(str(i), None) for i in range(5)
+        ]
+
+    def test_delete_is_a_noop_when_absent(self, backend: StateBackend) -> None:
+        backend.delete(NS, "missing")
+        backend.set(NS, "k", "1", None, NOW)
+        backend.delete(NS, "k")
+        assert backend.get(NS, "k") is None
+
+    @pytest.mark.parametrize("key", [".", "..", "a/b", "%2F", "/", "ключ", "a b", "*", "%", "_"])
+    def test_keys_are_data_not_paths_or_patterns(self, backend: StateBackend, key: str) -> None:
+        backend.set(NS, "other", "0", None, NOW)
+        backend.set(NS, key, '"v"', None, NOW)
+        assert backend.get(NS, key) == Entry('"v"', None)
+        backend.delete(NS, key)
+        assert backend.get(NS, key) is None
+        assert backend.get(NS, "other") == Entry("0", None)
+
+    def test_clear_removes_one_namespace_only(self, backend: StateBackend) -> None:
+        for ns in (NS, NS_1, NS_10, OTHER_RUN, ASSET):
+            backend.set(ns, "a", "1", None, NOW)
+            backend.set(ns, "b", "2", None, NOW)
+        assert backend.clear(NS_1) == 2
+        assert backend.get(NS_1, "a") is None
+        assert all(backend.get(ns, "a") for ns in (NS, NS_10, OTHER_RUN, ASSET))
+
+    def test_clear_prefix_spans_map_indices_of_one_task(self, backend: StateBackend) -> None:
+        for ns in (NS, NS_1, NS_10, OTHER_RUN, ASSET):
+            backend.set(ns, "a", "1", None, NOW)
+        backend.set(TaskScope("dag", "run", "task2").namespace, "a", "1", None, NOW)
+        assert backend.clear_prefix(task_prefix("dag", "run", "task")) == 3
+        assert [r.namespace for r in backend.scan()] == sorted(
+            [OTHER_RUN, ASSET, TaskScope("dag", "run", "task2").namespace]
+        )
+
+    def test_scan_orders_by_namespace_then_key(self, backend: StateBackend) -> None:
+        rows = [(NS_1, "b"), (NS, "z"), (NS, "a"), (ASSET, "w"), (NS_10, "a")]
+        for ns, key in rows:
+            backend.set(ns, key, "1", None, NOW)
+        assert [(r.namespace, r.key) for r in backend.scan()] == sorted(rows)
+        prefix = task_prefix("dag", "run", "task")
+        assert [(r.namespace, r.key) for r in backend.scan(prefix)] == sorted(rows[:3] + rows[4:])
+        assert [(r.namespace, r.key) for r in backend.scan(NS)] == [(NS, "a"), (NS, "z")]
+
+    def test_transact_creates_updates_and_returns_result(self, backend: StateBackend) -> None:
+        def incr(entry: Entry | None) -> tuple[Entry | None, int]:
+            value = 1 if entry is None else int(entry.value) + 1
+            return Entry(str(value), None), value
+
+        assert backend.transact(NS, "n", incr, NOW) == 1
+        assert backend.transact(NS, "n", incr, NOW) == 2
+        assert backend.get(NS, "n") == Entry("2", None)
+
+    def test_transact_writing_nothing_leaves_the_row(self, backend: StateBackend) -> None:
+        backend.set(NS, "k", "1", NOW + 9, NOW)
+        assert backend.transact(NS, "k", lambda e: (None, e), NOW) == Entry("1", NOW + 9)
+        assert backend.get(NS, "k") == Entry("1", NOW + 9)
+        assert backend.transact(NS, "absent", lambda e: (None, "r"), NOW) == "r"
+        assert backend.get(NS, "absent") is None
+
+    def test_transact_failing_callback_writes_nothing(self, backend: StateBackend) -> None:
+        backend.set(NS, "k", "1", None, NOW)
+
+        def boom(entry: Entry | None) -> tuple[Entry | None, None]:
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            backend.transact(NS, "k", boom, NOW)
+        assert backend.get(NS, "k") == Entry("1", None)
+        backend.set(NS, "k", "2", None, NOW)  # the backend is usable afterwards
+        assert backend.get(NS, "k") == Entry("2", None)
+
+    def test_transact_from_threads_loses_no_update(self, backend: StateBackend) -> None:
+        def incr(entry: Entry | None) -> tuple[Entry | None, None]:
+            return Entry(str(0 if entry is None else int(entry.value) + 1), None), None
+
+        def work() -> None:
+            for _ in range(50):
+                backend.transact(NS, "n", incr, NOW)
+
+        threads = [threading.Thread(target=work) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert backend.get(NS, "n") == Entry("199", None)
+
+    def test_expired_rows_are_counted_and_deleted_in_batches(self, backend: StateBackend) -> None:
+        for i in range(7):
+            backend.set(NS, f"old{i}", "1", NOW - 1 - i, NOW - 100)
+        backend.set(NS, "fresh", "1", NOW + 100, NOW)
+        backend.set(NS, "never", "1", None, NOW)
+        backend.set(ASSET, "asset", "1", None, NOW)
+        assert backend.count_expired(NOW) == 7
+        assert backend.delete_expired(NOW, 3) == 3
+        assert backend.delete_expired(NOW, 3) == 3
+        assert backend.delete_expired(NOW, 3) == 1
+        assert backend.delete_expired(NOW, 3) == 0
+        assert sorted(r.key for r in backend.scan()) == ["asset", "fresh", "never"]
+
+    def test_delete_expired_unbatched_is_one_bounded_statement(self, backend: StateBackend) -> None:
+        for i in range(2000):  # more than SQLite's historic 999-variable limit
+            backend.set(NS, f"k{i}", "1", NOW - 1, NOW - 10)
+        assert backend.delete_expired(NOW, 0) == 2000
+        assert backend.count_expired(NOW) == 0
+
+    def test_large_and_unicode_values_round_trip(self, backend: StateBackend) -> None:
+        big = '"' + "é" * 500_000 + '"'
+        backend.set(NS, "big", big, None, NOW)
+        assert backend.get(NS, "big") == Entry(big, None)
+
+    def test_schema_is_current_and_migrate_is_idempotent(self, backend: StateBackend) -> None:
+        assert backend.schema_status().up_to_date
+        assert backend.migrate() == []
+
+    def test_close_then_reuse_reconnects(self, backend: StateBackend) -> None:
+        backend.set(NS, "k", "1", None, NOW)
+        backend.close()
+        assert backend.get(NS, "k") == Entry("1", None)
+
+    def test_async_twins(self, backend: StateBackend) -> None:
+        async def go() -> tuple[Entry | None, Entry | None, int]:
+            await backend.aset(NS, "k", "1", None, NOW)
+            got = await backend.aget(NS, "k")
+            await backend.adelete(NS, "k")
+            gone = await backend.aget(NS, "k")
+            await backend.aset(NS, "k2", "1", None, NOW)
+            return got, gone, await backend.aclear(NS)
+
+        assert asyncio.run(go()) == (Entry("1", None), None, 1)

@@ -1,0 +1,161 @@
+"""The `taskstate` command, run as users run it: a real subprocess on a real SQLite file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from taskstate import NEVER_EXPIRE, AssetScope, StateStore, TaskScope
+from taskstate.settings import Settings
+
+SCOPE = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
+
+
+@pytest.fixture
+def run(tmp_path: Path):  # type: ignore[no-untyped-def]
+    url = f"sqlite:///{tmp_path}/state.db"
+
+    def run(
+        *args: str, ok: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskstate", "--url", url, *args],
+            capture_output=True,
+            text=True,
+            input=stdin,
+            check=False,
+        )
+        if ok:
+            assert proc.returncode == 0, proc.stderr
+        else:
+            assert proc.returncode != 0
+            assert "Traceback" not in proc.stderr
+        return proc
+
+    run.url = url  # type: ignore[attr-defined]
+    return run
+
+
+def test_task_set_get_list_delete_clear(run) -> None:  # type: ignore[no-untyped-def]
+    run("task", "set", "cursor", "42", *SCOPE)
+    run("task", "set", "obj", '{"a": [1, null]}', *SCOPE, "--never-expire")
+    run("task", "set", "name", "plain text", *SCOPE, "--text", "--map-index", "2")
+    assert run("task", "get", "cursor", *SCOPE).stdout.strip() == "42"
+    assert json.loads(run("task", "get", "obj", *SCOPE, "--json").stdout) == {"a": [1, None]}
+    rows = json.loads(run("task", "list", "--dag-id", "d", "--json").stdout)
+    assert [(r["map_index"], r["key"], r["value"]) for r in rows] == [
+        (-1, "cursor", 42),
+        (-1, "obj", {"a": [1, None]}),
+        (2, "name", "plain text"),
+    ]
+    assert [r["expires_at"] for r in rows][1] == "never"
+    assert "cursor" in run("task", "list", "--dag-id", "d").stdout  # human table
+    run("task", "delete", "cursor", *SCOPE)
+    run("task", "delete", "cursor", *SCOPE)  # absent: still fine
+    assert "no key 'cursor'" in run("task", "get", "cursor", *SCOPE, ok=False).stderr
+    run("task", "clear", *SCOPE)
+    assert [
+        r["key"] for r in json.loads(run("task", "list", "--dag-id", "d", "--json").stdout)
+    ] == ["name"]
+    out = run("task", "clear", *SCOPE, "--all-map-indices").stdout
+    assert "deleted 1 keys" in out
+    assert json.loads(run("task", "list", "--dag-id", "d", "--json").stdout) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["task", "set", "k", "NaN", *SCOPE], "NaN"),
+        (["task", "set", "k", "notjson", *SCOPE], "is not JSON"),
+        (["task", "set", "k", "null", *SCOPE], "None cannot be stored"),
+        (["task", "set", "", "1", *SCOPE], "must not be empty"),
+        (["task", "set", "k", "1", "--dag-id", "d"], "Missing option"),
+        (["task", "set", "k", "1", *SCOPE, "--map-index", "-5"], "map_index"),
+        (["task", "set", "k", "1", *SCOPE, "--never-expire", "--retention-days", "1"], "exclude"),
+        (["asset", "get", "k"], "--name or --uri"),
+        (["task", "clear", *SCOPE, "--all-map-indices", "--map-index", "1"], "exclude"),
+    ],
+)
+def test_bad_input_is_a_message_and_nonzero_exit(run, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
+    proc = run(*args, ok=False)
+    assert message in proc.stderr
+    assert json.loads(run("task", "list", "--dag-id", "d", "--json").stdout) == []
+
+
+def test_asset_commands(run) -> None:  # type: ignore[no-untyped-def]
+    run("asset", "set", "watermark", '"2026-01-01"', "--name", "orders")
+    run("asset", "set", "rows", "10", "--uri", "s3://b/x")
+    assert run("asset", "get", "watermark", "--name", "orders").stdout.strip() == '"2026-01-01"'
+    rows = json.loads(run("asset", "list", "--json").stdout)
+    assert {(r["asset"], r["key"]) for r in rows} == {("orders", "watermark"), ("s3://b/x", "rows")}
+    run("asset", "delete", "watermark", "--name", "orders")
+    run("asset", "clear", "--uri", "s3://b/x")
+    assert json.loads(run("asset", "list", "--json").stdout) == []
+
+
+def test_export_import_round_trip_and_bad_import_writes_nothing(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    store = StateStore(run.url, settings=Settings())
+    store.task_state(TaskScope("d", "r", "t", 3)).set("k", {"x": 1}, retention=NEVER_EXPIRE)
+    store.task_state(TaskScope("d", "r", "t")).set("c", 5)
+    store.asset_state(AssetScope(name="orders")).set("w", "2026")
+    dump = run("export").stdout
+    assert len(dump.splitlines()) == 3
+
+    other = tmp_path / "other.db"
+    good = subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", f"sqlite:///{other}", "import"],
+        input=dump,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "imported 3 keys" in good.stdout
+    copy = StateStore(f"sqlite:///{other}", settings=Settings())
+    assert copy.task_state(TaskScope("d", "r", "t", 3)).get("k") == {"x": 1}
+    assert copy.asset_state(AssetScope(name="orders")).get("w") == "2026"
+    assert sorted(r.expires_at is None for r in copy.backend.scan()) == [False, True, True]
+
+    bad = dump + '{"scope":"task","dag_id":"d","run_id":"r","task_id":"t","key":"n","value":NaN}\n'
+    third = f"sqlite:///{tmp_path}/third.db"
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", third, "import"],
+        input=bad,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (
+        proc.returncode == 1 and "line 4" in proc.stderr and "nothing was imported" in proc.stderr
+    )
+    assert list(StateStore(third, settings=Settings()).backend.scan()) == []
+
+
+def test_clean_dry_run_then_clean(run) -> None:  # type: ignore[no-untyped-def]
+    store = StateStore(run.url, settings=Settings())
+    backend = store.backend
+    for i in range(25):
+        backend.set(TaskScope("d", "r", "t").namespace, f"old{i}", "1", 1.0, 0.0)
+    store.task_state(TaskScope("d", "r", "t")).set("fresh", 1)
+    store.asset_state(AssetScope(name="a")).set("w", 1)
+    assert "would delete 25" in run("clean", "--dry-run").stdout
+    result = json.loads(run("clean", "--batch-size", "10", "--json").stdout)
+    assert (result["deleted"], result["batches"]) == (25, 3)
+    assert sorted(r.key for r in backend.scan()) == ["fresh", "w"]
+
+
+def test_db_and_doctor(run) -> None:  # type: ignore[no-untyped-def]
+    assert "version 1" in run("db", "migrate").stdout
+    assert "(current)" in run("db", "check").stdout
+    checks = {c["check"]: c for c in json.loads(run("doctor", "--json").stdout)}
+    assert checks["backend"]["status"] == "ok"
+    assert checks["setting default_retention_days"]["detail"] == "30"
+
+
+def test_doctor_names_a_bad_setting(run, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAYS", "-3")
+    proc = run("doctor", ok=False)
+    assert "default_retention_days must be >= 0" in proc.stdout

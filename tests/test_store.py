@@ -1,0 +1,212 @@
+"""The accessors' semantics: scopes, expiry, NEVER_EXPIRE, atomic updates, async twins."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import pickle
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import Clock
+
+from taskstate import NEVER_EXPIRE, AssetScope, StateStore, TaskScope
+from taskstate.errors import InvalidRetentionError, InvalidScopeError, InvalidValueError
+from taskstate.settings import Settings
+
+T = TaskScope("dag", "run", "task")
+DAY = 86400.0
+
+
+def test_retries_share_state_and_runs_do_not(store: StateStore) -> None:
+    store.task_state(T).set("cursor", 7)
+    assert store.task_state(TaskScope("dag", "run", "task")).get("cursor") == 7
+    assert store.task_state(TaskScope("dag", "run2", "task")).get("cursor") is None
+    assert store.task_state(TaskScope("dag", "run", "other")).get("cursor") is None
+
+
+def test_map_indices_are_isolated_and_clear_only_its_own(store: StateStore) -> None:
+    for i in (-1, 0, 1, 10):
+        store.task_state(TaskScope("dag", "run", "task", i)).set("cursor", i)
+    store.task_state(TaskScope("dag", "run", "task", 1)).clear()
+    got = [
+        store.task_state(TaskScope("dag", "run", "task", i)).get("cursor") for i in (-1, 0, 1, 10)
+    ]
+    assert got == [-1, 0, None, 10]
+
+
+def test_get_default_and_delete_is_noop(store: StateStore) -> None:
+    acc = store.task_state(T)
+    assert acc.get("missing") is None
+    assert acc.get("missing", default=0) == 0
+    acc.delete("missing")
+
+
+def test_default_retention_and_expired_reads_as_absent_before_cleanup(
+    store: StateStore, clock: Clock
+) -> None:
+    acc = store.task_state(T)
+    acc.set("k", 1)  # default_retention_days = 30
+    clock.now += 30 * DAY - 1
+    assert acc.get("k") == 1
+    clock.now += 1
+    assert acc.get("k", "gone") == "gone"
+    assert acc.keys() == [] and acc.items() == []
+    assert store.backend.count_expired(clock.now) == 1  # still a row until cleanup
+
+
+def test_retention_override_and_never_expire(store: StateStore, clock: Clock) -> None:
+    acc = store.task_state(T)
+    acc.set("week", 1, retention=timedelta(days=7))
+    acc.set("never", 1, retention=NEVER_EXPIRE)
+    clock.now += 8 * DAY
+    assert acc.get("week") is None
+    clock.now += 10_000 * 365 * DAY
+    assert acc.get("never") == 1
+
+
+@pytest.mark.parametrize(
+    "equal",
+    [
+        copy.deepcopy(NEVER_EXPIRE),
+        pickle.loads(pickle.dumps(NEVER_EXPIRE)),
+        timedelta(days=999999999, seconds=86399, microseconds=999999),
+        timedelta(days=3_000_000),
+    ],
+)
+def test_never_expire_is_recognised_by_value(store: StateStore, equal: timedelta) -> None:
+    acc = store.task_state(T)
+    acc.set("k", 1, retention=equal)
+    assert store.backend.get(T.namespace, "k").expires_at is None  # type: ignore[union-attr]
+
+
+def test_never_expire_equals_timedelta_max() -> None:
+    assert timedelta.max == NEVER_EXPIRE
+
+
+def test_long_but_finite_retention_expires(store: StateStore, clock: Clock) -> None:
+    store.task_state(T).set("k", 1, retention=timedelta(days=10**6))  # year ~4764
+    clock.now += 10**6 * DAY
+    assert store.task_state(T).get("k") is None
+
+
+@pytest.mark.parametrize("bad", [7, 7.0, "7d", True, timedelta(seconds=-1)])
+def test_bad_retention_is_a_clear_error_and_writes_nothing(store: StateStore, bad: Any) -> None:
+    acc = store.task_state(T)
+    with pytest.raises(InvalidRetentionError, match="retention"):
+        acc.set("k", 1, retention=bad)
+    assert acc.get("k") is None
+    if not isinstance(bad, timedelta):
+        with pytest.raises(TypeError):
+            acc.set("k", 1, retention=bad)
+
+
+def test_zero_default_retention_days_means_never(tmp_path: Path, clock: Clock) -> None:
+    store = StateStore(
+        f"sqlite:///{tmp_path}/s.db", settings=Settings(default_retention_days=0), clock=clock
+    )
+    store.task_state(T).set("k", 1)
+    clock.now += 10**6 * DAY
+    assert store.task_state(T).get("k") == 1
+
+
+def test_asset_state_is_shared_and_never_expires(store: StateStore, clock: Clock) -> None:
+    producer = store.asset_state(AssetScope(name="orders/daily", uri="s3://w/orders"))
+    producer.set("watermark", "2026-01-01T00:00:00+00:00")
+    clock.now += 10_000 * DAY
+    consumer = store.asset_state(AssetScope(name="orders/daily"))
+    assert consumer.get("watermark") == "2026-01-01T00:00:00+00:00"
+    assert store.asset_state(AssetScope(uri="s3://w/orders")).get("watermark") is None
+    with pytest.raises(TypeError):
+        producer.set("k", 1, retention=NEVER_EXPIRE)  # type: ignore[call-arg]
+
+
+def test_scopes_validate(store: StateStore) -> None:
+    with pytest.raises(InvalidScopeError):
+        TaskScope("", "run", "task")
+    with pytest.raises(InvalidScopeError):
+        TaskScope("dag", "run", "task", -2)
+    with pytest.raises(InvalidScopeError):
+        AssetScope()
+    assert hash(TaskScope("d", "r", "t")) == hash(TaskScope("d", "r", "t"))
+
+
+def test_update_is_read_modify_write(store: StateStore) -> None:
+    acc = store.task_state(T)
+    assert acc.update("n", lambda n: n + 1, default=0) == 1
+    assert acc.update("n", lambda n: n + 1, default=0) == 2
+    assert acc.update("rows", lambda rows: [*rows, "a"], default=[]) == ["a"]
+    assert acc.get("n") == 2
+
+
+def test_update_sees_expired_value_as_default(store: StateStore, clock: Clock) -> None:
+    acc = store.task_state(T)
+    acc.set("n", 100, retention=timedelta(seconds=1))
+    clock.now += 2
+    assert acc.update("n", lambda n: n + 1, default=0) == 1
+
+
+def test_failed_update_writes_nothing(store: StateStore) -> None:
+    acc = store.task_state(T)
+    acc.set("n", 1)
+    with pytest.raises(ZeroDivisionError):
+        acc.update("n", lambda n: n / 0)
+    with pytest.raises(InvalidValueError):
+        acc.update("n", lambda n: float("nan"))
+    with pytest.raises(InvalidValueError):
+        acc.update("n", lambda n: None)
+    assert acc.get("n") == 1
+
+
+def test_compare_and_set(store: StateStore) -> None:
+    acc = store.asset_state(AssetScope(name="a"))
+    assert acc.compare_and_set("k", None, {"v": 1}) is True  # None = absent
+    assert acc.compare_and_set("k", None, {"v": 2}) is False
+    assert acc.compare_and_set("k", {"v": 1}, {"v": 2}) is True
+    assert acc.get("k") == {"v": 2}
+    acc.set("flag", 1)
+    assert acc.compare_and_set("flag", True, 5) is False  # JSON equality: true != 1
+    assert acc.compare_and_set("flag", 1.0, 5) is False
+    acc.set("d", {"a": 1, "b": 2})
+    assert acc.compare_and_set("d", {"b": 2, "a": 1}, 0) is True  # key order is not identity
+
+
+def test_keys_and_items(store: StateStore) -> None:
+    acc = store.task_state(TaskScope("dag", "run", "task", 1))
+    store.task_state(TaskScope("dag", "run", "task", 10)).set("other", 1)
+    acc.set("b", [1])
+    acc.set("a", {"x": None})
+    assert acc.keys() == ["a", "b"]
+    assert acc.items() == [("a", {"x": None}), ("b", [1])]
+
+
+def test_async_twins(store: StateStore) -> None:
+    task = store.task_state(T)
+    asset = store.asset_state(AssetScope(name="a"))
+
+    async def go() -> list[Any]:
+        await task.aset("k", 1, retention=NEVER_EXPIRE)
+        await asset.aset("k", 2)
+        got = [await task.aget("k"), await asset.aget("k"), await task.aget("x", 0)]
+        await task.adelete("k")
+        await asset.aclear()
+        return [*got, await task.aget("k"), await asset.aget("k")]
+
+    assert asyncio.run(go()) == [1, 2, 0, None, None]
+
+
+def test_store_opened_from_settings_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__TASKSTATE_URL", f"sqlite:///{tmp_path}/env.db")
+    StateStore().task_state(T).set("k", 1)
+    assert (tmp_path / "env.db").exists()
+
+
+def test_default_file_is_under_airflow_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("AIRFLOW__STATE_STORE__TASKSTATE_URL", raising=False)
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
+    StateStore().task_state(T).set("k", 1)
+    assert (tmp_path / "taskstate.db").exists()
