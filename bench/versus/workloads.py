@@ -10,6 +10,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -241,6 +242,7 @@ def _load_jobsystem() -> Any:
     if spec is None or spec.loader is None:
         raise Skipped(f"cannot load {JOBSYSTEM}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -285,6 +287,7 @@ def crash(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, st
                             isinstance(value, dict) and value.get("output") == expected
                         ),
                         "none": float(value is None),
+                        "killed_once": float(report["try_number"] == 2),
                     }
                 )
     return result
