@@ -229,9 +229,9 @@ def _json_replacement(src: Source, node: ast.expr, what: str) -> str | None:
 def _job_id_retention(src: Source, ctx: Context, call: ast.Call) -> Iterator[Finding]:
     key = argument(call, 0, "key")
     text = literal_text(src, key)
-    if text is None or not JOB_ID_KEY.search(text) or keyword(call, "retention") is not None:
+    if key is None or text is None or not JOB_ID_KEY.search(text):
         return
-    if len(call.args) > 2:  # retention passed positionally
+    if keyword(call, "retention") is not None or len(call.args) > 2:  # retention is given
         return
     value = argument(call, 1, "value")
     args = f"{src.segment(key)}, {src.segment(value) if value is not None else '...'}"
