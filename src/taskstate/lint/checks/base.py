@@ -1,0 +1,80 @@
+"""What every check receives, and the one way a check turns a rule row into a finding."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from taskstate.lint.airflow_version import AirflowVersion
+from taskstate.lint.finding import Finding, Fix
+from taskstate.lint.rules import RULES
+from taskstate.lint.source import Function, Source
+
+# Key names that say "this is progress of one task" or "this is the id of a submitted job".
+JOB_ID_KEY = re.compile(
+    r"(^|[_\-.])(job|run|batch|query|execution|statement|pipeline|cluster|application|app|step"
+    r"|submission|operation|remote)[_\-]?(id|arn|handle)s?($|[_\-.])|^(job|run)id$",
+    re.IGNORECASE,
+)
+PROGRESS_KEY = re.compile(
+    r"cursor|offset|checkpoint|bookmark|progress|position|resume|page_?token|next_?token"
+    r"|marker|last_?id|attempt|retry|retries",
+    re.IGNORECASE,
+)
+WATERMARK_KEY = re.compile(
+    r"watermark|high_?water|last_?(processed|run|success|load|loaded|update|updated|sync|synced"
+    r"|seen|modified|fetch|fetched|ingest|ingested|extract|extracted|read|export|exported)"
+    r"|(processed|loaded|synced|exported)_(at|until|up_?to|through)|_since$|^since_",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    version: AirflowVersion
+
+    def finding(
+        self,
+        src: Source,
+        code: str,
+        node: ast.AST,
+        *,
+        before: str | None = None,
+        after: str = "",
+        fix: Fix | None = None,
+        **facts: str,
+    ) -> Finding:
+        rule = RULES[code]
+        advice = self.version.advice(rule.advice)
+        why = f"{rule.why} {advice}" if advice else rule.why
+        return Finding(
+            code=code,
+            path=src.path,
+            line=node.lineno,  # type: ignore[attr-defined]
+            col=src.column(node),
+            message=rule.message.format(**facts),
+            why=why,
+            before=src.lines_of(node) if before is None else before,
+            after=after,
+            fix=fix,
+        )
+
+
+def store_preamble(func: Function, store: str) -> str:
+    """How the "after" snippet gets hold of a store inside this function, in its own style."""
+    if store in func.param_names():
+        return ""
+    kwarg = func.node.args.kwarg
+    if func.cls is not None:
+        params = func.param_names()
+        ctx = params[1] if len(params) > 1 else "context"
+        return f'{store} = {ctx}["{store}"]\n'
+    if kwarg is not None:
+        return f'{store} = {kwarg.arg}["{store}"]\n'
+    return f"# add `{store}=None` to {func.name}()'s parameters\n"
+
+
+def shown(src: Source, node: ast.expr | None) -> str:
+    """A key as the user wrote it, for messages."""
+    return src.segment(node) if node is not None else "(no key)"
