@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Build (or reuse) a pinned virtualenv for one Airflow version and print its path.
+#
+#   scripts/airflow-env.sh 3.2            # -> /root/.cache/taskstate/envs/airflow-3.2-<hash>
+#   scripts/airflow-env.sh --lock 3.2     # regenerate requirements/airflow-3.2.lock from .in
+#
+# Envs live outside the worktree, keyed by the lock file's hash, so CI reruns and other
+# worktrees share them. taskstate itself is NOT baked in: tests install the current checkout
+# with `uv pip install --no-deps` (about a second) so the entry points always match the code.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+UV=${UV:-.venv/bin/uv}
+PY=${AIRFLOW_PYTHON:-python3.11}
+
+if [ "${1:-}" = "--lock" ]; then
+    shift
+    version=$1
+    "$UV" pip compile --quiet "requirements/airflow-$version.in" --python-version 3.11 \
+        -o "requirements/airflow-$version.lock"
+    echo "requirements/airflow-$version.lock"
+    exit 0
+fi
+
+version=${1:?usage: airflow-env.sh [--lock] VERSION (2.10 2.11 3.0 3.1 3.2 3.3)}
+lock="requirements/airflow-$version.lock"
+[ -f "$lock" ] || { echo "airflow-env: no $lock" >&2; exit 2; }
+hash=$(sha256sum "$lock" | cut -c1-12)
+root=${TASKSTATE_ENVS:-$HOME/.cache/taskstate/envs}
+env="$root/airflow-$version-$hash"
+if [ ! -f "$env/.complete" ]; then
+    mkdir -p "$root"
+    # One builder at a time per env; a second caller waits, then reuses the result.
+    exec 9>"$env.lock"
+    flock 9
+    if [ ! -f "$env/.complete" ]; then
+        echo "airflow-env: building $env" >&2
+        rm -rf "$env"
+        "$UV" venv --quiet --python "$PY" "$env"
+        "$UV" pip sync --quiet --python "$env/bin/python" "$lock"
+        touch "$env/.complete"
+    fi
+fi
+echo "$env"
