@@ -25,6 +25,10 @@ def airflow_python(version: str) -> Path:
     script = REPO / "scripts" / "airflow-env.sh"
     if not script.exists():
         pytest.skip("scripts/airflow-env.sh (the pinned Airflow envs) is not on this branch")
+    if not (REPO / "src" / "taskstate" / "airflow").is_dir():
+        # A shared env may hold another checkout's taskstate, whose `airflow.policy` entry
+        # point names taskstate.airflow: Airflow cannot even import without it.
+        pytest.skip("the Airflow integration (taskstate.airflow) is not on this branch yet")
     out = subprocess.run(
         ["bash", str(script), version], capture_output=True, text=True, check=True, cwd=REPO
     )
