@@ -126,7 +126,7 @@ _TRANSIENT_CONNECT = (
 )
 # Pools inherited through fork(): kept referenced so that garbage collection in the child never
 # closes them (closing would end the parent's sessions on the shared sockets).
-_INHERITED: list[ConnectionPool] = []
+_INHERITED: list[ConnectionPool[Any]] = []
 
 
 def conninfo_from_url(url: str) -> str:
@@ -171,6 +171,19 @@ def _is_transient(exc: BaseException) -> bool:
     return "fatal:" not in text or any(part in text for part in _TRANSIENT_CONNECT)
 
 
+class _Connection(psycopg.Connection[Any]):
+    """A pooled connection that keeps one cursor for the hot path: a fresh cursor per call
+    costs as much CPU as the rest of our layer. A connection serves one thread at a time."""
+
+    _hot: psycopg.Cursor[Any] | None = None
+
+    def hot(self) -> psycopg.Cursor[Any]:
+        cursor = self._hot
+        if cursor is None or cursor.closed:
+            cursor = self._hot = self.cursor()
+        return cursor
+
+
 class _CommitOutcomeUnknown(Exception):
     """The connection broke while COMMIT was in flight."""
 
@@ -190,7 +203,7 @@ class PostgresBackend(StateBackend):
         self._pool_size = pool_size
         self._retry_window_s = retry_window_s
         self._connect_timeout_s = connect_timeout_s
-        self._pool_obj: ConnectionPool | None = None
+        self._pool_obj: ConnectionPool[_Connection] | None = None
         self._pid = 0
         self._lock = threading.Lock()
 
@@ -208,7 +221,7 @@ class PostgresBackend(StateBackend):
             kwargs["application_name"] = "taskstate"
         return kwargs
 
-    def _pool(self) -> ConnectionPool:
+    def _pool(self) -> ConnectionPool[_Connection]:
         pool = self._pool_obj
         if pool is not None and self._pid == os.getpid():
             return pool
@@ -224,6 +237,7 @@ class PostgresBackend(StateBackend):
                 self._probe(check_schema=True)
                 pool = ConnectionPool(
                     self._conninfo,
+                    connection_class=_Connection,
                     kwargs=self._connect_kwargs(),
                     min_size=1,
                     max_size=self._pool_size,
@@ -267,13 +281,20 @@ class PostgresBackend(StateBackend):
         if pool is not None and self._pid == os.getpid():
             pool.close()
 
-    def _run(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
+    def _run(self, op: Callable[[_Connection], T]) -> T:
         """Run `op` on a pooled connection; retry transient failures for a bounded window."""
         delay, deadline, attempts = 0.05, 0.0, 0
         while True:
+            pool = None
+            # getconn/putconn, not pool.connection(): that also runs a (no-op) commit per call.
+            # putconn rolls back a connection left in a transaction and discards a broken one.
             try:
-                with self._pool().connection() as conn:
+                pool = self._pool()
+                conn = pool.getconn()
+                try:
                     return op(conn)
+                finally:
+                    pool.putconn(conn)
             except psycopg.errors.UndefinedTable:
                 self._probe(check_schema=True)  # raises SchemaMissingError if that is why
                 raise
@@ -298,8 +319,7 @@ class PostgresBackend(StateBackend):
                 ) from last
             time.sleep(delay)
             delay = min(delay * 2, 2.0)
-            pool = self._pool_obj
-            if pool is not None and self._pid == os.getpid():
+            if pool is not None and pool is self._pool_obj:
                 pool.check()  # drop every idle connection the outage broke, not one per attempt
 
     def _reason(self, exc: BaseException) -> str:
@@ -314,8 +334,10 @@ class PostgresBackend(StateBackend):
     # -- the contract -------------------------------------------------------------------------
 
     def get(self, namespace: str, key: str) -> Entry | None:
-        def op(conn: psycopg.Connection[Any]) -> Entry | None:
-            row = conn.execute(_GET, (namespace, key), prepare=True).fetchone()
+        def op(conn: _Connection) -> Entry | None:
+            cursor = conn.hot()
+            cursor.execute(_GET, (namespace, key), prepare=True)
+            row = cursor.fetchone()
             return None if row is None else Entry(row[0], row[1])
 
         return self._run(op)
@@ -323,14 +345,11 @@ class PostgresBackend(StateBackend):
     def set(
         self, namespace: str, key: str, value: str, expires_at: float | None, now: float
     ) -> None:
-        self._run(
-            lambda conn: (
-                conn.execute(_SET, (namespace, key, value, expires_at, now), prepare=True).rowcount
-            )
-        )
+        params = (namespace, key, value, expires_at, now)
+        self._run(lambda conn: conn.hot().execute(_SET, params, prepare=True))
 
     def delete(self, namespace: str, key: str) -> None:
-        self._run(lambda conn: conn.execute(_DELETE, (namespace, key), prepare=True).rowcount)
+        self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=True))
 
     def clear(self, namespace: str) -> int:
         return self._run(lambda conn: conn.execute(_CLEAR, (namespace,), prepare=True).rowcount)

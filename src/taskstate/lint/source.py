@@ -48,6 +48,10 @@ class Function:
         return [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
 
 
+# a node to visit, the function whose body it is in, and its class when it is a method
+_Item = tuple[ast.AST, "Function | None", "ast.ClassDef | None"]
+
+
 class Source:
     """A parsed file plus the facts the checks look up (imports, functions, calls, mapping)."""
 
@@ -67,24 +71,28 @@ class Source:
         self.overridden: set[str] = set()  # task names re-configured with .override()
         self._callables: set[str] = set()  # names passed as python_callable=
         self._line_starts: list[int] | None = None
-        self._walk(tree, None)
+        self._walk(tree)
         self._classify()
 
     # --- the walk ------------------------------------------------------------------------------
-    def _walk(self, node: ast.AST, func: Function | None) -> None:
-        for child in ast.iter_child_nodes(node):
-            self._visit(child, func)
+    # Iterative, not recursive: generated code nests thousands of levels deep (long `a + b + ...`
+    # chains), which ast.parse accepts and a recursive walk would not.
+    def _walk(self, tree: ast.AST) -> None:
+        stack: list[_Item] = [(tree, None, None)]
+        while stack:
+            node, func, cls = stack.pop()
+            children = self._visit(node, func, cls)
+            children.reverse()  # pop in source order
+            stack.extend(children)
 
-    def _visit(self, node: ast.AST, func: Function | None) -> None:
+    def _visit(self, node: ast.AST, func: Function | None, cls: ast.ClassDef | None) -> list[_Item]:
         kind = type(node)
         if kind is ast.Call:
             self._call(node, func)  # type: ignore[arg-type]
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-            self._function(node, func, None)  # type: ignore[arg-type]
-            return
+            return self._function(node, func, cls)  # type: ignore[arg-type]
         elif kind is ast.ClassDef:
-            self._class(node, func)  # type: ignore[arg-type]
-            return
+            return self._class(node, func)  # type: ignore[arg-type]
         elif kind is ast.Import or kind is ast.ImportFrom:
             self._import(node)  # type: ignore[arg-type]
         elif kind is ast.Assign:
@@ -101,34 +109,36 @@ class Source:
                 func.ifs.append(node)  # type: ignore[arg-type]
             elif kind is ast.Return:
                 func.returns.append(node)  # type: ignore[arg-type]
-        self._walk(node, func)
+        return [(child, func, None) for child in ast.iter_child_nodes(node)]
 
-    def _class(self, node: ast.ClassDef, func: Function | None) -> None:
+    def _class(self, node: ast.ClassDef, func: Function | None) -> list[_Item]:
         if func is None:
             self.classes[node.name] = node
             self.bound.add(node.name)
-        for expr in (*node.bases, *node.keywords, *node.decorator_list):
-            self._visit(expr, func)
+        items: list[_Item] = [
+            (expr, func, None) for expr in (*node.bases, *node.keywords, *node.decorator_list)
+        ]
         for stmt in node.body:
-            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-                self._function(stmt, func, node)
-            else:
-                self._visit(stmt, func)
+            method = isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)
+            items.append((stmt, func, node if method else None))
+        return items
 
     def _function(
         self, node: FunctionNode, outer: Function | None, cls: ast.ClassDef | None
-    ) -> None:
+    ) -> list[_Item]:
         if outer is None and cls is None:
             self.bound.add(node.name)
-        for expr in (*node.decorator_list, *node.args.defaults, *node.args.kw_defaults):
-            if expr is not None:
-                self._visit(expr, outer)
         func = Function(node=node, cls=cls, parent=outer)
         self.functions.append(func)
         if cls is None:
             self.by_name[node.name] = func
-        for stmt in node.body:
-            self._visit(stmt, func)
+        items: list[_Item] = [
+            (expr, outer, None)
+            for expr in (*node.decorator_list, *node.args.defaults, *node.args.kw_defaults)
+            if expr is not None
+        ]
+        items.extend((stmt, func, None) for stmt in node.body)
+        return items
 
     def _call(self, call: ast.Call, func: Function | None) -> None:
         self.calls.append((call, func))
