@@ -5,6 +5,7 @@ Exit status: 0 no findings, 1 findings, 2 usage error or a file that does not pa
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -62,7 +63,11 @@ def _codes(values: tuple[str, ...]) -> tuple[str, ...]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the report here instead of standard output.",
 )
-@click.option("--color/--no-color", default=None, help="Colour text output (default: on a TTY).")
+@click.option(
+    "--color/--no-color",
+    default=None,
+    help="Colour text output (default: on a terminal, unless NO_COLOR is set).",
+)
 def lint(
     paths: tuple[Path, ...],
     output_format: str,
@@ -81,6 +86,8 @@ def lint(
     PATH is a file or a directory (default: the current directory).
     """
     targets = paths or (Path("."),)
+    if color is None and os.environ.get("NO_COLOR"):  # the NO_COLOR convention
+        color = False
     try:
         config = lint_config.load(config_path, Path.cwd())
         config = config.with_flags(_codes(select), _codes(ignore))
