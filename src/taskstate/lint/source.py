@@ -212,16 +212,20 @@ class Source:
             return False
         return qual == name or (qual.startswith("airflow.") and qual.endswith("." + name))
 
-    def is_task_decorator(self, dec: ast.expr) -> bool:
+    def decorator_name(self, dec: ast.expr) -> str | None:
+        """`task.sensor` for `@task.sensor(...)` from airflow.sdk (or a bare snippet name)."""
         target = dec.func if isinstance(dec, ast.Call) else dec
         qual = self.qualname(target)
         if qual is None:
-            return False
+            return None
         for module in _AIRFLOW_DECORATOR_MODULES:
             if qual.startswith(module + "."):
-                qual = qual[len(module) + 1 :]
-                break
-        return qual.split(".")[0] in _TASK_DECORATORS
+                return qual[len(module) + 1 :]
+        return qual
+
+    def is_task_decorator(self, dec: ast.expr) -> bool:
+        name = self.decorator_name(dec)
+        return name is not None and name.split(".")[0] in _TASK_DECORATORS
 
     def resolve(self, node: ast.expr, depth: int = 4) -> ast.expr:
         """Follow module-level `A = B` aliases to the value they name."""
