@@ -50,6 +50,7 @@ EXPECTED = {
     ],
     "timestamps.py": ["11:32 TS601", "12:12 TS601"],
     "skill_after.py": [],
+    "skill_before.py": ["8:5 TS101", "11:1 TS102", "17:9 TS103", "28:5 TS202", "33:5 TS102"],
 }
 
 

@@ -108,7 +108,10 @@ def lint(
         limit = config.max_per_code if max_per_code is None else max_per_code
         report = report_text.render(results, version, limit)
     if output_file is not None:
-        output_file.write_text(click.unstyle(report) + "\n", encoding="utf-8")
+        try:
+            output_file.write_text(click.unstyle(report) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise click.UsageError(f"cannot write the report to {output_file}: {exc}") from exc
     elif not diff or output_format != "text" or any(r.findings for r in results):
         click.echo(report, color=color)
     sys.exit(_exit_status(results, changed and diff))
@@ -136,7 +139,11 @@ def _fix(
         if show:
             click.echo(fixes.diff(result.path, result.text, fixed), nl=False)
         if write:
-            Path(result.path).write_text(fixed, encoding="utf-8")
+            try:
+                with open(result.path, "w", encoding="utf-8", newline="") as handle:
+                    handle.write(fixed)
+            except OSError as exc:
+                raise click.UsageError(f"cannot write the fix to {result.path}: {exc}") from exc
             results[i] = lint_source(fixed, result.path, config, version)
     return changed
 

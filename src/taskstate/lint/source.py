@@ -8,6 +8,7 @@ is taken at face value, and a name the file binds to something else is not ours 
 from __future__ import annotations
 
 import ast
+import io
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -59,7 +60,7 @@ class Source:
         self.path = path
         self.text = text
         self.tree = tree
-        self.lines = text.splitlines()
+        self.lines = [line.rstrip("\r\n") for line in physical_lines(text)]
         self.imports: dict[str, str] = {}  # local name -> qualified name
         self.bound: set[str] = set()  # names the module binds to its own objects
         self.values: dict[str, ast.expr] = {}  # NAME = expr outside functions
@@ -239,7 +240,7 @@ class Source:
         """Character offset of an ast (1-based line, UTF-8 byte column) position."""
         if self._line_starts is None:
             starts = [0]
-            for text in self.text.splitlines(keepends=True):
+            for text in physical_lines(self.text):
                 starts.append(starts[-1] + len(text))
             self._line_starts = starts
         text = self.lines[line - 1] if line - 1 < len(self.lines) else ""
@@ -328,6 +329,15 @@ def _children(node: ast.AST) -> list[ast.AST]:
         elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
             children.append(value)
     return children
+
+
+def physical_lines(text: str) -> list[str]:
+    """Lines as Python counts them (ends: \\n, \\r\\n, \\r), with their endings.
+
+    str.splitlines() also splits at form feeds and other separators that Python source may
+    hold inside a line, which would shift every line number after them.
+    """
+    return io.StringIO(text, newline="").readlines()
 
 
 def _task_name(node: ast.expr) -> str | None:
