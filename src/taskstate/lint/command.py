@@ -5,6 +5,7 @@ Exit status: 0 no findings, 1 findings, 2 usage error or a file that does not pa
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -62,7 +63,11 @@ def _codes(values: tuple[str, ...]) -> tuple[str, ...]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the report here instead of standard output.",
 )
-@click.option("--color/--no-color", default=None, help="Colour text output (default: on a TTY).")
+@click.option(
+    "--color/--no-color",
+    default=None,
+    help="Colour text output (default: on a terminal, unless NO_COLOR is set).",
+)
 def lint(
     paths: tuple[Path, ...],
     output_format: str,
@@ -81,6 +86,8 @@ def lint(
     PATH is a file or a directory (default: the current directory).
     """
     targets = paths or (Path("."),)
+    if color is None and os.environ.get("NO_COLOR"):  # the NO_COLOR convention
+        color = False
     try:
         config = lint_config.load(config_path, Path.cwd())
         config = config.with_flags(_codes(select), _codes(ignore))
@@ -101,7 +108,10 @@ def lint(
         limit = config.max_per_code if max_per_code is None else max_per_code
         report = report_text.render(results, version, limit)
     if output_file is not None:
-        output_file.write_text(click.unstyle(report) + "\n", encoding="utf-8")
+        try:
+            output_file.write_text(click.unstyle(report) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise click.UsageError(f"cannot write the report to {output_file}: {exc}") from exc
     elif not diff or output_format != "text" or any(r.findings for r in results):
         click.echo(report, color=color)
     sys.exit(_exit_status(results, changed and diff))
@@ -129,7 +139,11 @@ def _fix(
         if show:
             click.echo(fixes.diff(result.path, result.text, fixed), nl=False)
         if write:
-            Path(result.path).write_text(fixed, encoding="utf-8")
+            try:
+                with open(result.path, "w", encoding="utf-8", newline="") as handle:
+                    handle.write(fixed)
+            except OSError as exc:
+                raise click.UsageError(f"cannot write the fix to {result.path}: {exc}") from exc
             results[i] = lint_source(fixed, result.path, config, version)
     return changed
 

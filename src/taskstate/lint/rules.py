@@ -247,6 +247,15 @@ RULES: dict[str, Rule] = _table(
         "KeyError at run time (or asset_state_store is None when the task declares no assets).",
         Advice.ASSET_STATE,
     ),
+    Rule(
+        "TS506",
+        "job-id-default-retention",
+        INFO,
+        "possible early expiry: job id {key} is stored with the default retention",
+        "Task state expires after [state_store] default_retention_days (30 by default); a job "
+        "id that a late retry or a clear must still find needs retention=NEVER_EXPIRE.",
+        Advice.NONE,
+    ),
     # --- TS6xx: timestamps ---------------------------------------------------------------------
     Rule(
         "TS601",
