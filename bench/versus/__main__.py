@@ -11,12 +11,14 @@ its own pinned environment (scripts/airflow-env.sh).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from versus.envs import REPO, AirflowHome, Side, log
 from versus.report import Section, render
@@ -88,7 +90,9 @@ SIDES = {
     "A": Side("A: Airflow 3.3.2 native", "3.3", taskstate=False),
     "B-3.2": Side("B: taskstate on Airflow 3.2, SQLite", "3.2", taskstate=True),
     "B-2.11": Side("B: taskstate on Airflow 2.11, SQLite", "2.11", taskstate=True),
+    "B-3.2-pg": Side("B: taskstate on Airflow 3.2, PostgreSQL", "3.2", True, "postgresql"),
 }
+POSTGRES_HARNESS = REPO / "tests" / "postgres_server.py"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,11 +124,18 @@ def main(argv: list[str] | None = None) -> int:
             title, note.format(n=smoke_n if args.smoke else full_n), crash=name == "crash"
         )
     meta_sides = {}
+    stack = contextlib.ExitStack()
     try:
         for side in sides:
             log(f"== {side.name}")
+            url = None
+            if side.backend == "postgresql":
+                if not POSTGRES_HARNESS.exists():
+                    log(f"skipping {side.name}: no {POSTGRES_HARNESS}")
+                    continue
+                url = stack.enter_context(_postgres()).url
             side.prepare()
-            home = AirflowHome(side, work / side.airflow / "home")
+            home = AirflowHome(side, work / f"{side.airflow}-{side.backend}" / "home", url)
             meta_sides[side.name] = _describe(side)
             for name in chosen:
                 function, full_n, smoke_n, *_ = WORKLOADS[name]
@@ -137,7 +148,9 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 sections[name].results[side.name] = result
                 sections[name].stores[side.name] = stores
+            stack.close()  # this side's PostgreSQL server, if any
     finally:
+        stack.close()
         meta = {
             "smoke": args.smoke,
             "runs": runs,
@@ -153,6 +166,19 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _postgres() -> Any:
+    """A throwaway server from the tests' harness (127.0.0.1, free port, removed after)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("versus_postgres_server", POSTGRES_HARNESS)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {POSTGRES_HARNESS}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.running_server()
 
 
 def _describe(side: Side) -> str:

@@ -28,8 +28,22 @@ def log(message: str) -> None:
     print(f"[versus {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def pinned_env(version: str, *, taskstate: bool) -> Path:
-    """The bench's own env for `version` (built once per lock), with or without taskstate."""
+def _locked(*names: str) -> list[str]:
+    """`name==version` for each name as pinned in requirements/dev.lock."""
+    pins = dict(
+        line.split("==", 1)
+        for line in (REPO / "requirements" / "dev.lock").read_text().splitlines()
+        if "==" in line and not line.startswith((" ", "#"))
+    )
+    return [f"{name}=={pins[name].strip()}" for name in names]
+
+
+def pinned_env(version: str, *, taskstate: bool, postgres: bool = False) -> Path:
+    """The bench's own env for `version` (built once per lock), with or without taskstate.
+
+    `postgres` adds our PostgreSQL driver, at the versions of requirements/dev.lock (the pinned
+    Airflow locks carry none).
+    """
     root = ENVS / ("with-taskstate" if taskstate else "airflow-only")
     out = subprocess.run(
         ["bash", str(REPO / "scripts" / "airflow-env.sh"), version],
@@ -41,6 +55,11 @@ def pinned_env(version: str, *, taskstate: bool) -> Path:
     ).stdout
     env = Path(out.strip().splitlines()[-1])
     python = str(env / "bin" / "python")
+    if postgres:
+        drivers = _locked("psycopg", "psycopg-binary", "psycopg-pool")
+        subprocess.run(
+            [str(UV), "pip", "install", "--quiet", "--python", python, *drivers], check=True
+        )
     if taskstate:
         subprocess.run(
             [
@@ -79,7 +98,9 @@ class Side:
         return int(self.airflow.split(".")[0])
 
     def prepare(self) -> None:
-        self.env = pinned_env(self.airflow, taskstate=self.taskstate)
+        self.env = pinned_env(
+            self.airflow, taskstate=self.taskstate, postgres=self.backend == "postgresql"
+        )
 
 
 class AirflowHome:
@@ -104,8 +125,16 @@ class AirflowHome:
             "PATH": f"{side.env / 'bin'}:{os.environ.get('PATH', '')}",
             "PYTHONUNBUFFERED": "1",
         }
+        self.taskstate_url = taskstate_url
         if taskstate_url:
             self.env["AIRFLOW__STATE_STORE__TASKSTATE_URL"] = taskstate_url
+            # A server backend is never migrated implicitly: the admin's step, done once.
+            subprocess.run(
+                [str(side.env / "bin" / "taskstate"), "db", "migrate"],
+                env=self.env,
+                check=True,
+                capture_output=True,
+            )
         self.airflow("db", "migrate")
 
     @property

@@ -10,6 +10,7 @@ import json
 import shutil
 import sqlite3
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -190,6 +191,28 @@ def _count_taskstate(db: Path) -> int:
         )
 
 
+def _seed_postgres(url: str, rows: int) -> None:
+    import psycopg
+
+    expired = time.time() - 86400
+    with psycopg.connect(url) as conn, conn.cursor() as cur:
+        columns = "namespace, key, value, expires_at, updated_at"
+        with cur.copy(f"COPY taskstate_entries ({columns}) FROM STDIN") as copy:
+            for i in range(rows):
+                namespace = f"t\x1fseed\x1frun\x1fseeded_{i // 1000}\x1f-1"
+                copy.write_row((namespace, f"k{i}", '{"i": 1}', expired, expired))
+
+
+def _count_postgres(url: str) -> int:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM taskstate_entries WHERE expires_at < %s", (time.time(),)
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+
 def cleanup(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, str]) -> Runs:
     """Workload 4: seed n expired task rows in the side's own table, time its clean command.
 
@@ -197,7 +220,14 @@ def cleanup(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, 
     itself, without the command's start-up (Airflow's CLI imports much more than ours).
     """
     side = home.side
-    if side.taskstate:
+    seed: Any
+    count: Any
+    db: Any
+    if side.taskstate and home.taskstate_url:
+        seed, count, db = _seed_postgres, _count_postgres, home.taskstate_url
+        command = [str(side.env / "bin" / "taskstate"), "clean"]
+        stores["cleanup"] = "taskstate clean (PostgreSQL)"
+    elif side.taskstate:
         seed, count, db = _seed_taskstate, _count_taskstate, home.taskstate_db
         command = [str(side.env / "bin" / "taskstate"), "clean"]
         stores["cleanup"] = "taskstate clean (embedded SQLite)"
@@ -241,6 +271,7 @@ def _load_jobsystem() -> Any:
     if spec is None or spec.loader is None:
         raise Skipped(f"cannot load {JOBSYSTEM}")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -285,6 +316,7 @@ def crash(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, st
                             isinstance(value, dict) and value.get("output") == expected
                         ),
                         "none": float(value is None),
+                        "killed_once": float(report["try_number"] == 2),
                     }
                 )
     return result

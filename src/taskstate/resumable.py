@@ -384,6 +384,8 @@ class ResumableJobMixin(ABC):
     ) -> None:
         intent = base if base is not None else _intent(store.get(self.intent_key))
         updated = {**(intent or {}), "token": token, **fields}
+        if "external_id" in fields:  # an earlier failed submit_job no longer matters
+            updated.pop("submit_error", None)
         store.set(self.intent_key, updated, retention=NEVER_EXPIRE)
 
     def _resumable_finish(

@@ -24,7 +24,7 @@ EXPECTED = {
         "41:5 TS104",
         "46:12 TS105",
     ],
-    "xcom.py": ["11:9 TS201", "18:9 TS202", "31:5 TS202"],
+    "xcom.py": ["11:9 TS201", "18:5 TS202", "38:5 TS202"],
     "submit_poll.py": ["11:15 TS301", "19:15 TS303", "22:5 TS302"],
     "mixin.py": [
         "11:5 TS401",
@@ -42,13 +42,15 @@ EXPECTED = {
         "16:34 TS501",
         "17:56 TS501",
         "18:26 TS502",
-        "24:5 TS503",
-        "25:5 TS504",
-        "30:5 TS504",
-        "35:12 TS505",
+        "19:5 TS506",
+        "25:5 TS503",
+        "26:5 TS504",
+        "31:5 TS504",
+        "36:12 TS505",
     ],
     "timestamps.py": ["11:32 TS601", "12:12 TS601"],
     "skill_after.py": [],
+    "skill_before.py": ["8:5 TS101", "11:1 TS102", "17:9 TS103", "28:5 TS202", "33:5 TS102"],
 }
 
 
@@ -195,3 +197,9 @@ def test_installed_airflow_is_read_from_metadata_without_importing_it(tmp_path: 
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["2.10", "installed", "False"]
+
+
+def test_readme_rule_table_lists_every_rule_with_its_severity() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    for rule in RULES.values():
+        assert f"| `{rule.code}` | {rule.name} | {rule.severity.value} |" in readme, rule.code

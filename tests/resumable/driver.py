@@ -56,6 +56,7 @@ class System:
     dedupe: bool  # the job system returns the existing job for a known token
     find_job: bool  # the operator implements find_job (a lookup by the token label)
     on_lost_submission: str = "resubmit"
+    airflow_332: bool = False  # run Airflow 3.3.2's algorithm instead of ours (the baseline)
 
 
 SYSTEMS = {
@@ -71,6 +72,7 @@ SYSTEMS = {
             find_job=False,
             on_lost_submission="fail",
         ),
+        System("airflow-3.3.2", pass_token=False, dedupe=False, find_job=False, airflow_332=True),
     )
 }
 
@@ -95,15 +97,19 @@ class _Probe:
 
 
 class _ProbedStore(TaskStateStore):
-    """A real TaskStateStore that stops at `before_persist`: just before the job id is saved."""
+    """A real TaskStateStore that stops at `before_persist`: just before the first write that
+    carries the job id (ours: the completed intent; Airflow 3.3.2: the id itself)."""
 
-    def __init__(self, store: StateStore, scope: TaskScope, probe: _Probe, intent_key: str):
+    def __init__(self, store: StateStore, scope: TaskScope, probe: _Probe, op: ResumableJobMixin):
         super().__init__(store, scope)
         self._probe = probe
-        self._intent_key = intent_key
+        self._op = op
 
     def set(self, key: str, value: Any, *, retention: Any = None) -> None:
-        if key == self._intent_key and isinstance(value, dict) and "external_id" in value:
+        carries_id = key == self._op.external_id_key or (
+            key == self._op.intent_key and isinstance(value, dict) and "external_id" in value
+        )
+        if carries_id and not self._probe.seen["job_done"]:
             self._probe.hit("before_persist")
         super().set(key, value, retention=retention)
 
@@ -168,6 +174,7 @@ class CrashJobOperator(ResumableJobMixin):
 
     def get_job_result(self, external_id: Any, context: Any) -> Any:
         result = self.jobs.result(external_id)
+        self.probe.seen["job_done"] += 1
         self.probe.hit("after_success")
         return result
 
@@ -175,6 +182,36 @@ class CrashJobOperator(ResumableJobMixin):
         if not self.system.find_job:
             raise NotImplementedError
         return self.jobs.find(token)
+
+
+class Airflow332Operator(CrashJobOperator):
+    """The baseline: Airflow 3.3.2's `execute_resumable` (task-sdk 1.3.2,
+    bases/resumablejobmixin.py:103-211), step for step, without its metrics and span."""
+
+    def execute_resumable(self, context: Any) -> Any:
+        store = context["task_state_store"]
+        reconnect_to = already_succeeded_id = None
+        external_id = store.get(self.external_id_key)
+        if external_id:  # 3.3.2's truthy check
+            status = self.get_job_status(external_id, context)
+            if self.is_job_active(status):
+                decision, reconnect_to = "reconnect", external_id
+            elif self.is_job_succeeded(status):
+                decision, already_succeeded_id = "already_succeeded", external_id
+            else:
+                decision = "terminal_resubmit"
+        else:
+            decision = "fresh_submit"
+        self.probe.send(decision=decision, recovered=False)
+        if reconnect_to is not None:
+            return self.poll_until_complete(reconnect_to, context)  # type: ignore[func-returns-value]
+        if already_succeeded_id is not None:
+            return self.get_job_result(already_succeeded_id, context)
+        external_id = self.submit_job(context)
+        if external_id is not None:
+            store.set(self.external_id_key, external_id)
+        self.poll_until_complete(external_id, context)
+        return self.get_job_result(external_id, context)
 
 
 @dataclass
@@ -207,10 +244,9 @@ def _child(
     probe = _Probe(fd, kill_at, occurrence)
     store = StateStore(env.state_url)
     jobs = JobSystem(env.jobs_path)
-    op = CrashJobOperator(
-        jobs, scope.run_id, system, probe, run_for=env.run_for, fail_first=fail_first
-    )
-    context = {"task_state_store": _ProbedStore(store, scope, probe, op.intent_key)}
+    kind = Airflow332Operator if system.airflow_332 else CrashJobOperator
+    op = kind(jobs, scope.run_id, system, probe, run_for=env.run_for, fail_first=fail_first)
+    context = {"task_state_store": _ProbedStore(store, scope, probe, op)}
     probe.hit("start")
     try:
         probe.send(result=op.execute_resumable(context))

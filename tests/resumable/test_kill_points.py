@@ -108,3 +108,19 @@ def test_random_time_kills_smoke(env: Env, jobs: JobSystem) -> None:
         )
         assert scenario.working_jobs == 1
         assert scenario.result_correct
+
+
+@pytest.mark.parametrize("kill_at", ["after_accept", "before_persist", "during_poll"])
+def test_airflow_332_baseline_duplicates_in_the_window_and_loses_the_result(
+    env: Env, jobs: JobSystem, kill_at: str
+) -> None:
+    """What we fix, measured on a step-for-step copy of Airflow 3.3.2's algorithm: a kill in
+    the submit→persist window runs the job twice; a reconnect returns None, not the result."""
+    scenario = run_scenario(env, jobs, SYSTEMS["airflow-3.3.2"], kill_at=kill_at)
+    if kill_at == "during_poll":
+        assert scenario.working_jobs == 1
+        if scenario.tries[1].decision == "reconnect":
+            assert scenario.final.result is None
+    else:
+        assert scenario.working_jobs == 2
+        assert scenario.result_correct

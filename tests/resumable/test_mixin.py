@@ -20,6 +20,14 @@ from taskstate import (
 from taskstate.errors import LostSubmissionError
 
 SCOPE = TaskScope("dag", "run", "task")
+JOB_METHODS = (
+    "submit_job",
+    "get_job_status",
+    "is_job_active",
+    "is_job_succeeded",
+    "poll_until_complete",
+    "get_job_result",
+)
 
 
 class Jobs:
@@ -212,6 +220,7 @@ def test_a_submit_that_raised_is_retried_with_the_same_token(ctx, state) -> None
     assert decision.action is ResumeAction.FRESH_SUBMIT
     assert Flaky(jobs).execute_resumable(ctx) == {"result_of": 100}
     assert jobs.submitted[0] == jobs.submitted[1]
+    assert "submit_error" not in state.get("job_id__intent")
 
 
 def test_verify_job_fences_off_a_reused_id(ctx, state) -> None:
@@ -287,46 +296,17 @@ def test_durable_is_a_constructor_argument_and_must_be_a_bool() -> None:
 
 
 def test_durable_reaches_a_subclass_without_its_own_init() -> None:
-    class Bare(ResumableJobMixin):
-        submit_job = Op.submit_job
-        get_job_status = Op.get_job_status
-        is_job_active = Op.is_job_active
-        is_job_succeeded = Op.is_job_succeeded
-        poll_until_complete = Op.poll_until_complete
-        get_job_result = Op.get_job_result
+    bare = type("Bare", (ResumableJobMixin,), {name: getattr(Op, name) for name in JOB_METHODS})
+    child = type("Child", (bare,), {})
 
-    class Child(Bare):
-        pass
-
-    assert Bare(durable=False).durable is False
-    assert Child(durable=False).durable is False
-    assert Child().durable is True
+    assert bare(durable=False).durable is False
+    assert child(durable=False).durable is False
+    assert child().durable is True
 
 
-@pytest.mark.parametrize(
-    "missing",
-    [
-        "submit_job",
-        "get_job_status",
-        "is_job_active",
-        "is_job_succeeded",
-        "poll_until_complete",
-        "get_job_result",
-    ],
-)
+@pytest.mark.parametrize("missing", JOB_METHODS)
 def test_an_incomplete_operator_fails_at_construction(missing: str) -> None:
-    methods = {
-        name: getattr(Op, name)
-        for name in (
-            "submit_job",
-            "get_job_status",
-            "is_job_active",
-            "is_job_succeeded",
-            "poll_until_complete",
-            "get_job_result",
-        )
-        if name != missing
-    }
+    methods = {name: getattr(Op, name) for name in JOB_METHODS if name != missing}
     incomplete = type("Incomplete", (ResumableJobMixin,), methods)
     with pytest.raises(TypeError, match=missing):
         incomplete()
@@ -341,3 +321,29 @@ def test_importing_taskstate_does_not_import_airflow_or_opentelemetry() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+class AirflowLikeStore:
+    """The surface of Airflow 3.3's own `task_state_store`: get/set/delete/clear, no atomic
+    compare-and-set (the mixin falls back to plain writes there)."""
+
+    def __init__(self, inner: TaskStateStore) -> None:
+        self._inner = inner
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self._inner.get(key, default)
+
+    def set(self, key: str, value: Any, *, retention: Any = None) -> None:
+        self._inner.set(key, value, retention=retention)
+
+
+def test_works_on_a_store_without_compare_and_set(state) -> None:
+    jobs = Jobs()
+    ctx = {"task_state_store": AirflowLikeStore(state)}
+    assert Op(jobs).execute_resumable(ctx) == {"result_of": 100}
+    assert state.get("job_id") == 100
+    assert Op(jobs).resume_decision(ctx).action is ResumeAction.ALREADY_SUCCEEDED
+    jobs.set(100, "FAILED")
+    jobs.next_id = 101
+    assert Op(jobs).execute_resumable(ctx) == {"result_of": 101}
+    assert state.get("job_id__intent")["attempt"] == 2

@@ -67,9 +67,10 @@ class AirflowVersion:
             Advice.MIXIN: "ResumableJobMixin",
         }[kind]
         if native is False:
+            noop = "; providers' durable=True does nothing there" if kind is Advice.MIXIN else ""
             return (
                 f"Use {what} from taskstate: Airflow {self.label} has no state store "
-                "(pip install taskstate[airflow]); providers' durable=True does nothing there."
+                f"(pip install taskstate[airflow]){noop}."
             )
         if native is True:
             return f"Use {what}: native in Airflow {self.label}, or from taskstate."

@@ -65,11 +65,11 @@ def _finding(finding: Finding, explained: set[str]) -> str:
         lines.append(why)
     if finding.before:
         lines.append(click.style("    before:", fg="red"))
-        lines.extend("      " + line for line in finding.before.splitlines())
+        lines.extend(("      " + line).rstrip() for line in finding.before.splitlines())
     if finding.after:
         suffix = "  (fixable with --fix)" if finding.fix else ""
         lines.append(click.style("    after:" + suffix, fg="green"))
-        lines.extend("      " + line for line in finding.after.splitlines())
+        lines.extend(("      " + line).rstrip() for line in finding.after.splitlines())
     return "\n".join(lines) + "\n"
 
 

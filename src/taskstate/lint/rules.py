@@ -101,7 +101,7 @@ RULES: dict[str, Rule] = _table(
         "TS201",
         "xcom-retry-state",
         E,
-        "XCom {key} is pushed and read back by the same task to survive a retry",
+        "XCom {key} is pushed and read back by the same task, but XCom does not survive a retry",
         "XCom is scoped to a DAG run and cleared before each new try on Airflow 3, so a retry "
         "does not find what the failed try pushed.",
         Advice.TASK_STATE,
@@ -150,7 +150,7 @@ RULES: dict[str, Rule] = _table(
         "TS401",
         "mixin-execute",
         E,
-        "{cls}.execute() does not return self.execute_resumable(context)",
+        "{cls}.execute() never calls self.execute_resumable(context)",
         "The mixin only reconnects to a running job when execute() goes through "
         "execute_resumable(); custom logic there submits a fresh job on every retry.",
         Advice.MIXIN,
@@ -246,6 +246,15 @@ RULES: dict[str, Rule] = _table(
         "A task can only read and write the state of assets it declares; anything else is a "
         "KeyError at run time (or asset_state_store is None when the task declares no assets).",
         Advice.ASSET_STATE,
+    ),
+    Rule(
+        "TS506",
+        "job-id-default-retention",
+        INFO,
+        "possible early expiry: job id {key} is stored with the default retention",
+        "Task state expires after [state_store] default_retention_days (30 by default); a job "
+        "id that a late retry or a clear must still find needs retention=NEVER_EXPIRE.",
+        Advice.NONE,
     ),
     # --- TS6xx: timestamps ---------------------------------------------------------------------
     Rule(

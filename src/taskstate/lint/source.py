@@ -8,6 +8,7 @@ is taken at face value, and a name the file binds to something else is not ours 
 from __future__ import annotations
 
 import ast
+import io
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -48,6 +49,10 @@ class Function:
         return [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
 
 
+# a node to visit, the function whose body it is in, and its class when it is a method
+_Item = tuple[ast.AST, "Function | None", "ast.ClassDef | None"]
+
+
 class Source:
     """A parsed file plus the facts the checks look up (imports, functions, calls, mapping)."""
 
@@ -55,7 +60,7 @@ class Source:
         self.path = path
         self.text = text
         self.tree = tree
-        self.lines = text.splitlines()
+        self.lines = [line.rstrip("\r\n") for line in physical_lines(text)]
         self.imports: dict[str, str] = {}  # local name -> qualified name
         self.bound: set[str] = set()  # names the module binds to its own objects
         self.values: dict[str, ast.expr] = {}  # NAME = expr outside functions
@@ -67,24 +72,28 @@ class Source:
         self.overridden: set[str] = set()  # task names re-configured with .override()
         self._callables: set[str] = set()  # names passed as python_callable=
         self._line_starts: list[int] | None = None
-        self._walk(tree, None)
+        self._walk(tree)
         self._classify()
 
     # --- the walk ------------------------------------------------------------------------------
-    def _walk(self, node: ast.AST, func: Function | None) -> None:
-        for child in ast.iter_child_nodes(node):
-            self._visit(child, func)
+    # Iterative, not recursive: generated code nests thousands of levels deep (long `a + b + ...`
+    # chains), which ast.parse accepts and a recursive walk would not.
+    def _walk(self, tree: ast.AST) -> None:
+        stack: list[_Item] = [(tree, None, None)]
+        while stack:
+            node, func, cls = stack.pop()
+            children = self._visit(node, func, cls)
+            children.reverse()  # pop in source order
+            stack.extend(children)
 
-    def _visit(self, node: ast.AST, func: Function | None) -> None:
+    def _visit(self, node: ast.AST, func: Function | None, cls: ast.ClassDef | None) -> list[_Item]:
         kind = type(node)
         if kind is ast.Call:
             self._call(node, func)  # type: ignore[arg-type]
         elif kind is ast.FunctionDef or kind is ast.AsyncFunctionDef:
-            self._function(node, func, None)  # type: ignore[arg-type]
-            return
+            return self._function(node, func, cls)  # type: ignore[arg-type]
         elif kind is ast.ClassDef:
-            self._class(node, func)  # type: ignore[arg-type]
-            return
+            return self._class(node, func)  # type: ignore[arg-type]
         elif kind is ast.Import or kind is ast.ImportFrom:
             self._import(node)  # type: ignore[arg-type]
         elif kind is ast.Assign:
@@ -101,34 +110,36 @@ class Source:
                 func.ifs.append(node)  # type: ignore[arg-type]
             elif kind is ast.Return:
                 func.returns.append(node)  # type: ignore[arg-type]
-        self._walk(node, func)
+        return [(child, func, None) for child in _children(node)]
 
-    def _class(self, node: ast.ClassDef, func: Function | None) -> None:
+    def _class(self, node: ast.ClassDef, func: Function | None) -> list[_Item]:
         if func is None:
             self.classes[node.name] = node
             self.bound.add(node.name)
-        for expr in (*node.bases, *node.keywords, *node.decorator_list):
-            self._visit(expr, func)
+        items: list[_Item] = [
+            (expr, func, None) for expr in (*node.bases, *node.keywords, *node.decorator_list)
+        ]
         for stmt in node.body:
-            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
-                self._function(stmt, func, node)
-            else:
-                self._visit(stmt, func)
+            method = isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)
+            items.append((stmt, func, node if method else None))
+        return items
 
     def _function(
         self, node: FunctionNode, outer: Function | None, cls: ast.ClassDef | None
-    ) -> None:
+    ) -> list[_Item]:
         if outer is None and cls is None:
             self.bound.add(node.name)
-        for expr in (*node.decorator_list, *node.args.defaults, *node.args.kw_defaults):
-            if expr is not None:
-                self._visit(expr, outer)
         func = Function(node=node, cls=cls, parent=outer)
         self.functions.append(func)
         if cls is None:
             self.by_name[node.name] = func
-        for stmt in node.body:
-            self._visit(stmt, func)
+        items: list[_Item] = [
+            (expr, outer, None)
+            for expr in (*node.decorator_list, *node.args.defaults, *node.args.kw_defaults)
+            if expr is not None
+        ]
+        items.extend((stmt, func, None) for stmt in node.body)
+        return items
 
     def _call(self, call: ast.Call, func: Function | None) -> None:
         self.calls.append((call, func))
@@ -202,16 +213,20 @@ class Source:
             return False
         return qual == name or (qual.startswith("airflow.") and qual.endswith("." + name))
 
-    def is_task_decorator(self, dec: ast.expr) -> bool:
+    def decorator_name(self, dec: ast.expr) -> str | None:
+        """`task.sensor` for `@task.sensor(...)` from airflow.sdk (or a bare snippet name)."""
         target = dec.func if isinstance(dec, ast.Call) else dec
         qual = self.qualname(target)
         if qual is None:
-            return False
+            return None
         for module in _AIRFLOW_DECORATOR_MODULES:
             if qual.startswith(module + "."):
-                qual = qual[len(module) + 1 :]
-                break
-        return qual.split(".")[0] in _TASK_DECORATORS
+                return qual[len(module) + 1 :]
+        return qual
+
+    def is_task_decorator(self, dec: ast.expr) -> bool:
+        name = self.decorator_name(dec)
+        return name is not None and name.split(".")[0] in _TASK_DECORATORS
 
     def resolve(self, node: ast.expr, depth: int = 4) -> ast.expr:
         """Follow module-level `A = B` aliases to the value they name."""
@@ -225,7 +240,7 @@ class Source:
         """Character offset of an ast (1-based line, UTF-8 byte column) position."""
         if self._line_starts is None:
             starts = [0]
-            for text in self.text.splitlines(keepends=True):
+            for text in physical_lines(self.text):
                 starts.append(starts[-1] + len(text))
             self._line_starts = starts
         text = self.lines[line - 1] if line - 1 < len(self.lines) else ""
@@ -289,6 +304,40 @@ def _has_reason(text: str) -> bool:
         return False
     comment = text[text.index("#") :]
     return bool(re.sub(r"#\s*noqa(:[\sA-Z0-9,]*)?", "", comment, flags=re.I).strip(" #"))
+
+
+# Fields that never hold a node worth visiting, and nodes with nothing inside worth visiting:
+# skipping them halves the walk (a Name alone is a third of a typical tree).
+_SKIP_FIELDS = frozenset({"ctx", "op", "ops", "type_comment"})
+_LEAVES = (ast.Name, ast.Constant)
+_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """`ast.iter_child_nodes`, minus leaves and operator/context fields."""
+    kind = type(node)
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _SKIP_FIELDS)
+    children: list[ast.AST] = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            children.extend(
+                item for item in value if isinstance(item, ast.AST) and type(item) not in _LEAVES
+            )
+        elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+            children.append(value)
+    return children
+
+
+def physical_lines(text: str) -> list[str]:
+    """Lines as Python counts them (ends: \\n, \\r\\n, \\r), with their endings.
+
+    str.splitlines() also splits at form feeds and other separators that Python source may
+    hold inside a line, which would shift every line number after them.
+    """
+    return io.StringIO(text, newline="").readlines()
 
 
 def _task_name(node: ast.expr) -> str | None:

@@ -28,7 +28,7 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
     for name in mixins:
         cls = src.classes[name]
         execute = methods.get((name, "execute"))
-        if execute is not None and not _returns_execute_resumable(execute):
+        if execute is not None and not _uses_execute_resumable(execute):
             yield ctx.finding(
                 src,
                 "TS401",
@@ -80,17 +80,17 @@ def _mixin_classes(src: Source) -> set[str]:
     return found
 
 
-def _returns_execute_resumable(func: Function) -> bool:
-    for ret in func.returns:
-        value = ret.value
-        if (
-            isinstance(value, ast.Call)
-            and isinstance(value.func, ast.Attribute)
-            and value.func.attr == "execute_resumable"
-        ):
-            return True
-    for call in func.calls:  # delegating to a base class's execute(): not ours to judge
+def _uses_execute_resumable(func: Function) -> bool:
+    """True when execute() goes through the mixin, or delegates to a base class's execute().
+
+    Providers call `self.execute_resumable(context)` on their synchronous path and return their
+    own value (or defer on another path); that still goes through the mixin, so only an
+    execute() that never calls it is reported.
+    """
+    for call in func.calls:
         callee = call.func
+        if isinstance(callee, ast.Attribute) and callee.attr == "execute_resumable":
+            return True
         if (
             isinstance(callee, ast.Call)
             and isinstance(callee.func, ast.Name)

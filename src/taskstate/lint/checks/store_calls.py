@@ -12,9 +12,9 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from taskstate.lint.checks.base import Context, shown
+from taskstate.lint.checks.base import JOB_ID_KEY, Context, shown
 from taskstate.lint.finding import Finding
-from taskstate.lint.source import Function, Source, argument, literal_text
+from taskstate.lint.source import Function, Source, argument, keyword, literal_text
 
 _TASK, _ASSETS, _ASSET = "task_state_store", "asset_state_store", "asset"
 _KEY_METHODS = frozenset({"get", "set", "delete", "aget", "aset", "adelete", "update"})
@@ -64,6 +64,8 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
             method = callee.attr
             if method in ("set", "aset"):
                 yield from _value(src, ctx, call, callee)
+                if kind.store == _TASK:
+                    yield from _job_id_retention(src, ctx, call)
             if method in _KEY_METHODS:
                 yield from _key(src, ctx, call)
             if mapped and method in ("set", "aset") and kind.store != _TASK:
@@ -81,7 +83,12 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
                         "# run from a downstream task once all indices are done"
                     ),
                 )
-        if func.task_decorator is not None and func.name not in src.overridden:
+        if (
+            func.task_decorator is not None
+            and func.name not in src.overridden
+            # an @asset function is its own outlet: its inlets/outlets are not in the decorator
+            and (src.decorator_name(func.task_decorator) or "").split(".")[0] == "task"
+        ):
             yield from _undeclared_assets(src, ctx, func)
 
 
@@ -221,6 +228,27 @@ def _json_replacement(src: Source, node: ast.expr, what: str) -> str | None:
     if what == "a non-string dict key":
         return repr(str(getattr(node, "value", text)))
     return None
+
+
+# --- TS506: a job id that expires with ordinary task state -------------------------------------
+def _job_id_retention(src: Source, ctx: Context, call: ast.Call) -> Iterator[Finding]:
+    key = argument(call, 0, "key")
+    text = literal_text(src, key)
+    if key is None or text is None or not JOB_ID_KEY.search(text):
+        return
+    if keyword(call, "retention") is not None or len(call.args) > 2:  # retention is given
+        return
+    value = argument(call, 1, "value")
+    args = f"{src.segment(key)}, {src.segment(value) if value is not None else '...'}"
+    yield ctx.finding(
+        src,
+        "TS506",
+        call,
+        key=shown(src, key),
+        after=ctx.version.never_expire_import()
+        + "\n...\n"
+        + src.lines_with(call, f"{src.segment(call.func)}({args}, retention=NEVER_EXPIRE)"),
+    )
 
 
 # --- TS502: keys with dots or slashes ----------------------------------------------------------

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -120,7 +121,16 @@ def _reconnect_or_submit(
         if not sets:
             continue
         after = _mixin_after(src, ctx, func, got, branch)
-        finding = ctx.finding(src, "TS103", branch, key=shown(src, got.key), after=after)
+        first, last = got.call.lineno, branch.end_lineno or branch.lineno
+        before = "\n".join(src.lines[first - 1 : min(last, first + 9)])
+        finding = ctx.finding(
+            src,
+            "TS103",
+            branch,
+            key=shown(src, got.key),
+            before=textwrap.dedent(before),
+            after=after,
+        )
         yield finding, {id(got.call), *(id(u.call) for u in sets)}
         return
 
@@ -161,10 +171,13 @@ def _watermark_after(src: Source, func: Function | None, use: _Use) -> str:
     key = '"watermark"' if "{}" in use.key_text or use.key is None else src.segment(use.key)
     value = argument(use.call, 1, "value")
     value_text = src.segment(value) if value is not None else "new_watermark"
+    write = f"asset_state_store[{asset}].set({key}, {value_text})"
+    if func is None or not func.is_task or func.cls is not None:
+        return f"# in the task that loads {asset}, declared in its inlets and outlets:\n{write}"
     return (
         f"@task(inlets=[{asset}], outlets=[{asset}])\n"
-        f"def {func.name if func else 'load'}(asset_state_store=None):\n"
-        f"    asset_state_store[{asset}].set({key}, {value_text})"
+        f"def {func.name}(asset_state_store=None):\n"
+        f"    {write}"
     )
 
 

@@ -39,7 +39,8 @@ def _check_function(src: Source, ctx: Context, func: Function) -> Iterator[Findi
             yield ctx.finding(
                 src, "TS201", call, key=shown(src, key_node), after=_after(src, func, call)
             )
-        elif JOB_ID_KEY.search(key):
+        elif JOB_ID_KEY.search(key) and func.task_decorator is not None:
+            # only TaskFlow code: operators push ids on purpose, for downstream tasks and links
             yield ctx.finding(
                 src, "TS202", call, key=shown(src, key_node), after=_after(src, func, call)
             )
