@@ -203,3 +203,22 @@ def test_readme_rule_table_lists_every_rule_with_its_severity() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     for rule in RULES.values():
         assert f"| `{rule.code}` | {rule.name} | {rule.severity.value} |" in readme, rule.code
+
+
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [
+        ("etl_cursor", "TS101"),
+        ("orders_offset", "TS101"),
+        ("databricks_run_id", "TS101"),
+        ("page_token", "TS101"),
+        ("emr_cluster_id", "TS104"),  # a long-lived id other DAGs use: shared configuration
+        ("oauth_app_id", "TS104"),
+        ("utc_offset", "TS104"),
+        ("max_retries", "TS104"),
+        ("last_processed_at", "TS102"),
+    ],
+)
+def test_variable_keys_that_decide_between_error_and_possible(key: str, code: str) -> None:
+    text = f"from airflow.models import Variable\n@task\ndef f():\n    Variable.set({key!r}, 1)\n"
+    assert [c for c, _, _ in lint_text(text)] == [code]
