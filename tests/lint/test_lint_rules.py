@@ -222,3 +222,26 @@ def test_readme_rule_table_lists_every_rule_with_its_severity() -> None:
 def test_variable_keys_that_decide_between_error_and_possible(key: str, code: str) -> None:
     text = f"from airflow.models import Variable\n@task\ndef f():\n    Variable.set({key!r}, 1)\n"
     assert [c for c, _, _ in lint_text(text)] == [code]
+
+
+def test_read_modify_write_is_state_but_set_if_absent_is_configuration() -> None:
+    head = "from airflow.models import Variable\n@task\ndef f():\n"
+    rmw = (
+        head + "    n = Variable.get('rows_done', default_var=0)\n    total = n + 10\n"
+        "    Variable.set('rows_done', total)\n"
+    )
+    init = (
+        head + "    if Variable.get('MAGIC_VAR', default_var=None) is None:\n"
+        "        Variable.set('MAGIC_VAR', 'Hello')\n"
+    )
+    assert [c for c, _, _ in lint_text(rmw)] == ["TS101"]
+    assert [c for c, _, _ in lint_text(init)] == ["TS104"]
+
+
+def test_a_variable_written_while_the_dag_file_is_parsed_is_still_a_watermark() -> None:
+    text = (
+        "from airflow.models import Variable\n"
+        "task3 = BashOperator(task_id='t', bash_command='echo',\n"
+        "    baz=Variable.set('last_execution_date_succes', '{{ execution_date }}'))\n"
+    )
+    assert [c for c, _, _ in lint_text(text)] == ["TS102"]

@@ -27,7 +27,8 @@ PROGRESS_KEY = re.compile(
 WATERMARK_KEY = re.compile(
     r"watermark|high_?water|last_?(processed|run|success|load|loaded|update|updated|sync|synced"
     r"|seen|modified|fetch|fetched|ingest|ingested|extract|extracted|read|export|exported)"
-    r"|(processed|loaded|synced|exported)_(at|until|up_?to|through)|_since$|^since_",
+    r"|(processed|loaded|synced|exported)_(at|until|up_?to|through)|_since$|^since_"
+    r"|last_\w*(date|time|timestamp)",
     re.IGNORECASE,
 )
 
