@@ -98,7 +98,8 @@ def lint(
     """
     if list_rules:
         for rule in RULES.values():
-            click.echo(f"{rule.code}  {rule.severity.value:<7}  {rule.name}: {rule.why}")
+            fixable = " (fixable)" if rule.fixable else ""
+            click.echo(f"{rule.code}  {rule.severity.value:<7}  {rule.name}{fixable}: {rule.why}")
         return
     targets = paths or (Path("."),)
     if color is None and os.environ.get("NO_COLOR"):  # the NO_COLOR convention
