@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from taskstate.lint.command import lint
+from taskstate.lint.rules import RULES
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -321,3 +322,20 @@ def test_form_feeds_do_not_shift_lines_or_fixes(project: Path) -> None:
         "from datetime import datetime\nfrom datetime import timezone\n\x0c\n"
         "x = 1  # a\x0cb\ny = datetime.now(tz=timezone.utc)\n"
     )
+
+
+def test_info_findings_are_shown_but_do_not_fail_the_run(project: Path) -> None:
+    write(
+        project / "dag.py",
+        "from airflow.sdk import task\n@task\ndef f(task_state_store=None):\n"
+        '    task_state_store.set("job_id", "j-1")\n',
+    )
+    code, out = run("--format", "json", "dag.py", cwd=project)
+    assert code == 0
+    assert codes_from_json(out) == ["4 TS506"]
+
+
+def test_rules_lists_every_code(project: Path) -> None:
+    code, out = run("--rules", cwd=project)
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == list(RULES)

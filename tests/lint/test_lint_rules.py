@@ -203,3 +203,45 @@ def test_readme_rule_table_lists_every_rule_with_its_severity() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     for rule in RULES.values():
         assert f"| `{rule.code}` | {rule.name} | {rule.severity.value} |" in readme, rule.code
+
+
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [
+        ("etl_cursor", "TS101"),
+        ("orders_offset", "TS101"),
+        ("databricks_run_id", "TS101"),
+        ("page_token", "TS101"),
+        ("emr_cluster_id", "TS104"),  # a long-lived id other DAGs use: shared configuration
+        ("oauth_app_id", "TS104"),
+        ("utc_offset", "TS104"),
+        ("max_retries", "TS104"),
+        ("last_processed_at", "TS102"),
+    ],
+)
+def test_variable_keys_that_decide_between_error_and_possible(key: str, code: str) -> None:
+    text = f"from airflow.models import Variable\n@task\ndef f():\n    Variable.set({key!r}, 1)\n"
+    assert [c for c, _, _ in lint_text(text)] == [code]
+
+
+def test_read_modify_write_is_state_but_set_if_absent_is_configuration() -> None:
+    head = "from airflow.models import Variable\n@task\ndef f():\n"
+    rmw = (
+        head + "    n = Variable.get('rows_done', default_var=0)\n    total = n + 10\n"
+        "    Variable.set('rows_done', total)\n"
+    )
+    init = (
+        head + "    if Variable.get('MAGIC_VAR', default_var=None) is None:\n"
+        "        Variable.set('MAGIC_VAR', 'Hello')\n"
+    )
+    assert [c for c, _, _ in lint_text(rmw)] == ["TS101"]
+    assert [c for c, _, _ in lint_text(init)] == ["TS104"]
+
+
+def test_a_variable_written_while_the_dag_file_is_parsed_is_still_a_watermark() -> None:
+    text = (
+        "from airflow.models import Variable\n"
+        "task3 = BashOperator(task_id='t', bash_command='echo',\n"
+        "    baz=Variable.set('last_execution_date_succes', '{{ execution_date }}'))\n"
+    )
+    assert [c for c, _, _ in lint_text(text)] == ["TS102"]

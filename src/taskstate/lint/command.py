@@ -1,6 +1,7 @@
 """`taskstate lint [PATH ...]`: the click command (registered lazily by taskstate.cli).
 
-Exit status: 0 no findings, 1 findings, 2 usage error or a file that does not parse.
+Exit status: 0 no error/warning findings (info is advice), 1 error or warning findings,
+2 usage error or a file that does not parse.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from taskstate.lint import config as lint_config
 from taskstate.lint import fixes, report_json, report_sarif, report_text
 from taskstate.lint.airflow_version import AirflowVersion
 from taskstate.lint.engine import FileResult, lint_paths, lint_source
+from taskstate.lint.rules import RULES, Severity
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -64,6 +66,12 @@ def _codes(values: tuple[str, ...]) -> tuple[str, ...]:
     help="Write the report here instead of standard output.",
 )
 @click.option(
+    "--rules",
+    "list_rules",
+    is_flag=True,
+    help="List every rule (code, severity, name, why) and exit.",
+)
+@click.option(
     "--color/--no-color",
     default=None,
     help="Colour text output (default: on a terminal, unless NO_COLOR is set).",
@@ -80,11 +88,19 @@ def lint(
     max_per_code: int | None,
     output_file: Path | None,
     color: bool | None,
+    list_rules: bool,
 ) -> None:
     """Find task/asset state anti-patterns in DAG files (static: nothing is imported or run).
 
-    PATH is a file or a directory (default: the current directory).
+    PATH is a file or a directory (default: the current directory). Exit status: 0 no error or
+    warning findings, 1 error or warning findings, 2 usage error or a file that does not parse.
+    Config: [tool.taskstate.lint] in pyproject.toml; silence one line with `# noqa: TS101`.
     """
+    if list_rules:
+        for rule in RULES.values():
+            fixable = " (fixable)" if rule.fixable else ""
+            click.echo(f"{rule.code}  {rule.severity.value:<7}  {rule.name}{fixable}: {rule.why}")
+        return
     targets = paths or (Path("."),)
     if color is None and os.environ.get("NO_COLOR"):  # the NO_COLOR convention
         color = False
@@ -151,6 +167,7 @@ def _fix(
 def _exit_status(results: list[FileResult], pending_diff: bool) -> int:
     if any(r.parse_error for r in results):
         return EXIT_ERROR
-    if pending_diff or any(r.findings for r in results):
+    # info findings are advice: reported, but they do not fail a pre-commit hook or a CI job
+    if pending_diff or any(f.severity is not Severity.INFO for r in results for f in r.findings):
         return EXIT_FINDINGS
     return EXIT_CLEAN

@@ -278,7 +278,3 @@ RULES: dict[str, Rule] = _table(
         Advice.NONE,
     ),
 )
-
-
-def rule(code: str) -> Rule:
-    return RULES[code]

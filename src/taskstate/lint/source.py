@@ -26,7 +26,6 @@ _AIRFLOW_DECORATOR_MODULES = ("airflow.decorators", "airflow.sdk")
 class Function:
     node: FunctionNode
     cls: ast.ClassDef | None  # the class when this is a method
-    parent: Function | None
     calls: list[ast.Call] = field(default_factory=list)  # not including nested functions
     assigns: list[ast.Assign] = field(default_factory=list)
     ifs: list[ast.If] = field(default_factory=list)
@@ -129,7 +128,7 @@ class Source:
     ) -> list[_Item]:
         if outer is None and cls is None:
             self.bound.add(node.name)
-        func = Function(node=node, cls=cls, parent=outer)
+        func = Function(node=node, cls=cls)
         self.functions.append(func)
         if cls is None:
             self.by_name[node.name] = func

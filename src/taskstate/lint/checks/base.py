@@ -11,21 +11,24 @@ from taskstate.lint.finding import Finding, Fix
 from taskstate.lint.rules import RULES
 from taskstate.lint.source import Function, Source
 
-# Key names that say "this is progress of one task" or "this is the id of a submitted job".
+# Key names that say "this is the id of a submitted job" or "this is progress of one task".
+# Kept narrow: an error rule rests on them, and ids of long-lived things (a cluster, an app, a
+# pipeline definition) are the shared configuration Variables are for.
 JOB_ID_KEY = re.compile(
-    r"(^|[_\-.])(job|run|batch|query|execution|statement|pipeline|cluster|application|app|step"
-    r"|submission|operation|remote)[_\-]?(id|arn|handle)s?($|[_\-.])|^(job|run)id$",
+    r"(^|[_\-.])(job|run|batch|query|execution|statement|submission|operation)[_\-]?"
+    r"(id|handle)s?($|[_\-.])|^(job|run)id$",
     re.IGNORECASE,
 )
 PROGRESS_KEY = re.compile(
-    r"cursor|offset|checkpoint|bookmark|progress|position|resume|page_?token|next_?token"
-    r"|marker|last_?id|attempt|retry|retries",
+    r"cursor|(?<!utc_)(?<!tz_)(?<!timezone_)offset|checkpoint|bookmark|progress"
+    r"|page_?token|next_?token|continuation|last_?id|resume_?(token|from|point|position)",
     re.IGNORECASE,
 )
 WATERMARK_KEY = re.compile(
     r"watermark|high_?water|last_?(processed|run|success|load|loaded|update|updated|sync|synced"
     r"|seen|modified|fetch|fetched|ingest|ingested|extract|extracted|read|export|exported)"
-    r"|(processed|loaded|synced|exported)_(at|until|up_?to|through)|_since$|^since_",
+    r"|(processed|loaded|synced|exported)_(at|until|up_?to|through)|_since$|^since_"
+    r"|last_\w*(date|time|timestamp)",
     re.IGNORECASE,
 )
 
