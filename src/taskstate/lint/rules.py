@@ -138,10 +138,11 @@ RULES: dict[str, Rule] = _table(
     Rule(
         "TS303",
         "deferrable-without-wait",
-        W,
+        INFO,
         "{operator} has deferrable=True but no explicit wait_for_termination=True",
         "deferrable=True does not imply waiting for the job: say wait_for_termination=True so "
-        "the task's success means the job's success. The deferred path never goes through "
+        "the task's success visibly means the job's success (on these operators it defaults to "
+        "True today). The deferred path never goes through "
         "ResumableJobMixin, so durable=True protects nothing there.",
         Advice.SUBMIT_POLL,
     ),
