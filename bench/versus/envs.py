@@ -1,14 +1,15 @@
 """Python environments and Airflow homes for the comparison.
 
 Each side gets its own copy of a pinned environment, built by scripts/airflow-env.sh from the
-same lock file but under a bench-only root: the shared envs are used by the test suite (which
-installs other checkouts of taskstate into them), and environment A must hold no taskstate at
-all. Environment B gets the current checkout installed, not editable: a bench measures one
-snapshot.
+same lock file under a bench-only root per checkout: the shared envs are used by the test
+suite (which installs other checkouts of taskstate into them), and environment A must hold no
+taskstate at all. Environment B gets this checkout installed, not editable: a bench measures
+one snapshot.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
@@ -21,7 +22,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 UV = REPO / ".venv" / "bin" / "uv"
 DAGS = Path(__file__).resolve().parent / "dags"
-ENVS = Path(os.environ.get("VERSUS_ENVS", Path.home() / ".cache" / "taskstate" / "versus-envs"))
+# One root per checkout: each installs its own taskstate into B, and two worktrees sharing an
+# env would measure each other's code.
+_CHECKOUT = f"{REPO.name}-{hashlib.sha256(str(REPO).encode()).hexdigest()[:8]}"
+ENVS = Path(
+    os.environ.get("VERSUS_ENVS") or Path.home() / ".cache/taskstate/versus-envs" / _CHECKOUT
+)
 
 
 def log(message: str) -> None:

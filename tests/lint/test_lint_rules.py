@@ -245,3 +245,16 @@ def test_a_variable_written_while_the_dag_file_is_parsed_is_still_a_watermark() 
         "    baz=Variable.set('last_execution_date_succes', '{{ execution_date }}'))\n"
     )
     assert [c for c, _, _ in lint_text(text)] == ["TS102"]
+
+
+def test_a_classic_operator_mapped_over_a_callable_counts_as_mapped() -> None:
+    text = (
+        "from airflow.sdk import Asset\n"
+        "from airflow.providers.standard.operators.python import PythonOperator\n"
+        'ORDERS = Asset("orders")\n'
+        "def load(part, **context):\n"
+        '    context["asset_state_store"][ORDERS].set("offset", part)\n'
+        "PythonOperator.partial(task_id='load', python_callable=load, outlets=[ORDERS])"
+        ".expand(op_args=[[1], [2]])\n"
+    )
+    assert [c for c, _, _ in lint_text(text)] == ["TS503"]

@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from taskstate.lint.checks.base import Context
+from taskstate.lint.checks.base import Context, with_note
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, is_false, is_true, keyword
 
@@ -198,8 +198,10 @@ def _no_retries(src: Source, ctx: Context, call: ast.Call, mixins: set[str]) -> 
             retries,
             cls=callee.id,
             before=src.excerpt(call, retries),
-            after=src.excerpt(call, retries, "retries=3")
-            + "  # or drop the mixin: with no retry it never reconnects",
+            after=with_note(
+                src.excerpt(call, retries, "retries=3"),
+                "or drop the mixin: with no retry it never reconnects",
+            ),
         )
 
 
