@@ -201,6 +201,16 @@ RULES: dict[str, Rule] = _table(
         "submits a fresh job, so a retry after a crash pays for a duplicate.",
         Advice.MIXIN,
     ),
+    Rule(
+        "TS407",
+        "mixin-result-dropped",
+        W,
+        "possible lost result: {cls}.execute() calls execute_resumable() but does not return it",
+        "execute_resumable() returns the job's result (also after a reconnect); an execute() "
+        "that drops it pushes something else to XCom. Fine when deliberate, e.g. returning an "
+        "id the operator tracks itself.",
+        Advice.MIXIN,
+    ),
     # --- TS5xx: state store calls --------------------------------------------------------------
     Rule(
         "TS501",
