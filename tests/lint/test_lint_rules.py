@@ -25,7 +25,7 @@ EXPECTED = {
         "46:12 TS105",
     ],
     "xcom.py": ["11:9 TS201", "18:5 TS202", "38:5 TS202"],
-    "submit_poll.py": ["11:15 TS301", "19:15 TS303", "22:5 TS302"],
+    "submit_poll.py": ["14:9 TS301", "19:69 TS303", "22:5 TS302"],
     "mixin.py": [
         "11:5 TS401",
         "19:1 TS402",
@@ -35,6 +35,7 @@ EXPECTED = {
         "43:35 TS403",
         "44:35 TS405",
         "45:62 TS406",
+        "57:5 TS407",
     ],
     "store_calls.py": [
         "14:37 TS501",
@@ -245,3 +246,16 @@ def test_a_variable_written_while_the_dag_file_is_parsed_is_still_a_watermark() 
         "    baz=Variable.set('last_execution_date_succes', '{{ execution_date }}'))\n"
     )
     assert [c for c, _, _ in lint_text(text)] == ["TS102"]
+
+
+def test_a_classic_operator_mapped_over_a_callable_counts_as_mapped() -> None:
+    text = (
+        "from airflow.sdk import Asset\n"
+        "from airflow.providers.standard.operators.python import PythonOperator\n"
+        'ORDERS = Asset("orders")\n'
+        "def load(part, **context):\n"
+        '    context["asset_state_store"][ORDERS].set("offset", part)\n'
+        "PythonOperator.partial(task_id='load', python_callable=load, outlets=[ORDERS])"
+        ".expand(op_args=[[1], [2]])\n"
+    )
+    assert [c for c, _, _ in lint_text(text)] == ["TS503"]

@@ -80,7 +80,11 @@ def _summary(results: list[FileResult], version: AirflowVersion) -> str:
     if not findings:
         return click.style(f"No findings in {files} file(s); {advice}.", fg="green")
     counts = Counter(f.severity for f in findings)
-    parts = [f"{counts[s]} {s.value}{'s' if counts[s] != 1 else ''}" for s in Severity if counts[s]]
+    parts = [
+        f"{counts[s]} {s.value}{'s' if counts[s] != 1 and s is not Severity.INFO else ''}"
+        for s in Severity
+        if counts[s]
+    ]
     touched = sum(1 for r in results if r.findings)
     fixable = sum(1 for f in findings if f.fix is not None)
     text = (

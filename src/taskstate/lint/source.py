@@ -150,6 +150,9 @@ class Source:
                 name = _task_name(callee.value)
                 if name:
                     self.expanded.add(name)
+                mapped_callable = _partial_callable(callee.value)
+                if mapped_callable:  # PythonOperator.partial(python_callable=f).expand(...)
+                    self.expanded.add(mapped_callable)
             elif callee.attr == "override":
                 name = _task_name(callee.value)
                 if name:
@@ -337,6 +340,19 @@ def physical_lines(text: str) -> list[str]:
     hold inside a line, which would shift every line number after them.
     """
     return io.StringIO(text, newline="").readlines()
+
+
+def _partial_callable(node: ast.expr) -> str | None:
+    """`f` in `PythonOperator.partial(python_callable=f, ...)`."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "partial"
+    ):
+        for kw in node.keywords:
+            if kw.arg == "python_callable" and isinstance(kw.value, ast.Name):
+                return kw.value.id
+    return None
 
 
 def _task_name(node: ast.expr) -> str | None:

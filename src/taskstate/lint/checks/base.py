@@ -78,6 +78,14 @@ def store_preamble(func: Function, store: str) -> str:
     return f"# add `{store}=None` to {func.name}()'s parameters\n"
 
 
+def with_note(code: str, note: str) -> str:
+    """Append `# note` to a one-line snippet, or put it above when the line has a comment."""
+    last = code.splitlines()[-1] if code else ""
+    if "#" in last:
+        return f"# {note}\n{code}"
+    return f"{code}  # {note}"
+
+
 def shown(src: Source, node: ast.expr | None) -> str:
     """A key as the user wrote it, for messages."""
     return src.segment(node) if node is not None else "(no key)"

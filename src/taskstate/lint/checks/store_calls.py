@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from taskstate.lint.checks.base import JOB_ID_KEY, Context, shown
+from taskstate.lint.checks.base import JOB_ID_KEY, Context, shown, with_note
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, argument, keyword, literal_text
 
@@ -258,13 +258,15 @@ def _key(src: Source, ctx: Context, call: ast.Call) -> Iterator[Finding]:
     if key is None or text is None or not ("." in text or "/" in text):
         return
     fixed = re.sub(r"[./]+", "_", text.replace("{}", "{...}"))
+    written = src.segment(key)
+    quote = written[0] if written[:1] in ("'", '"') else '"'  # keep the user's quote style
     yield ctx.finding(
         src,
         "TS502",
         key,
         key=src.segment(key),
         before=src.lines_of(call),
-        after=src.lines_with(key, repr(fixed)) if "{}" not in text else f'"{fixed}"',
+        after=(src.lines_with(key, f"{quote}{fixed}{quote}") if "{}" not in text else f'"{fixed}"'),
     )
 
 
@@ -290,7 +292,7 @@ def _mapped_asset_key(
         call,
         task=func.name,
         key=src.segment(key),
-        after=src.lines_with(key, per_index) + "  # one key per map index",
+        after=with_note(src.lines_with(key, per_index), "one key per map index"),
     )
 
 

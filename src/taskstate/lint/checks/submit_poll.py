@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from taskstate.lint.checks.base import Context
+from taskstate.lint.checks.base import Context, with_note
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, is_false, is_true, keyword
 
@@ -59,12 +59,12 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
                 yield ctx.finding(
                     src,
                     "TS301",
-                    call,
+                    kw,  # at the keyword: where the change (or a noqa) goes
                     operator=name or "this call",
                     param=param,
                     sensor_note=note,
                     before=src.excerpt(call, kw),
-                    after=src.excerpt(call, kw, f"{param}=True") + _durable_note(call),
+                    after=_durable_note(call, src.excerpt(call, kw, f"{param}=True")),
                 )
         if name in _WAIT_PARAM_OPERATORS:
             deferrable = keyword(call, "deferrable")
@@ -77,7 +77,7 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
                 yield ctx.finding(
                     src,
                     "TS303",
-                    call,
+                    deferrable,
                     operator=name,
                     before=src.excerpt(call, deferrable),
                     after=src.excerpt(call, deferrable, text),
@@ -194,5 +194,7 @@ def _callee_name(call: ast.Call) -> str | None:
     return None
 
 
-def _durable_note(call: ast.Call) -> str:
-    return "" if keyword(call, "durable") else "  # and durable=True where the operator has it"
+def _durable_note(call: ast.Call, after: str) -> str:
+    if keyword(call, "durable"):
+        return after
+    return with_note(after, "and durable=True where the operator has it")
