@@ -43,7 +43,7 @@ WORKLOADS: dict[str, tuple[Workload, int, int, str, str]] = {
         "1b. Per-op latency under a real scheduler + LocalExecutor",
         "Workload 1 as production runs it: triggered DAG runs executed by a real "
         "scheduler with the LocalExecutor (Airflow 3: plus dag-processor and api-server, "
-        "all on 127.0.0.1, SQLite metadata database); N = {n:,}.",
+        "all on 127.0.0.1; metadata database per side above); N = {n:,}.",
     ),
     "etl": (
         etl,
@@ -89,7 +89,7 @@ WORKLOADS: dict[str, tuple[Workload, int, int, str, str]] = {
 SIDES = {
     "A": Side("A: Airflow 3.3.2 native", "3.3", taskstate=False),
     "B-3.2": Side("B: taskstate on Airflow 3.2, SQLite", "3.2", taskstate=True),
-    "B-2.11": Side("B: taskstate on Airflow 2.11, SQLite", "2.11", taskstate=True),
+    "B-2.11": Side("B: taskstate on Airflow 2.11, SQLite", "2.11", True, metadata="postgresql"),
     "B-3.2-pg": Side("B: taskstate on Airflow 3.2, PostgreSQL", "3.2", True, "postgresql"),
 }
 POSTGRES_HARNESS = REPO / "tests" / "postgres_server.py"
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         for side in sides:
             log(f"== {side.name}")
             url = None
-            if side.backend == "postgresql":
+            if "postgresql" in (side.backend, side.metadata):
                 if not POSTGRES_HARNESS.exists():
                     log(f"skipping {side.name}: no {POSTGRES_HARNESS}")
                     continue
@@ -202,7 +202,9 @@ def _describe(side: Side) -> str:
         capture_output=True,
         text=True,
     )
-    return f"`{side.env}`: {out.stdout.strip() or out.stderr.strip()[-200:]}"
+    versions = out.stdout.strip() or out.stderr.strip()[-200:]
+    metadata = {"sqlite": "SQLite", "postgresql": "PostgreSQL (psycopg2)"}[side.metadata]
+    return f"{versions} | Airflow metadata DB: {metadata} | env `{side.env}`"
 
 
 if __name__ == "__main__":

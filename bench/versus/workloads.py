@@ -68,15 +68,16 @@ def per_op(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, s
     return result
 
 
+def _need_scheduler(home: AirflowHome) -> None:
+    if home.side.airflow_major < 3 and home.metadata_url is None:
+        raise Skipped("Airflow 2 refuses the LocalExecutor on a SQLite metadata database")
+
+
 def per_op_scheduler(
     home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, str]
 ) -> Runs:
     """Workload 1 again, triggered runs under a real scheduler + LocalExecutor on loopback."""
-    if home.side.airflow_major < 3:
-        raise Skipped(
-            "Airflow 2 refuses the LocalExecutor on a SQLite metadata database, and "
-            "the pinned Airflow 2 environments carry no PostgreSQL driver"
-        )
+    _need_scheduler(home)
     from versus.scheduler import Deployment
 
     result: Runs = {}
@@ -223,7 +224,7 @@ def cleanup(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, 
     seed: Any
     count: Any
     db: Any
-    if side.taskstate and home.taskstate_url:
+    if side.taskstate and side.backend == "postgresql":
         seed, count, db = _seed_postgres, _count_postgres, home.taskstate_url
         command = [str(side.env / "bin" / "taskstate"), "clean"]
         stores["cleanup"] = "taskstate clean (PostgreSQL)"
@@ -282,8 +283,7 @@ def crash(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, st
     One row per logical job: jobs the job system created for it, submit calls it received,
     and whether the value the task finally returned is that job's result (or None).
     """
-    if home.side.airflow_major < 3:
-        raise Skipped("needs the scheduler path, which Airflow 2 refuses on SQLite (see 1b)")
+    _need_scheduler(home)
     if not JOBSYSTEM.exists():
         raise Skipped(f"the mixin's job system ({JOBSYSTEM.relative_to(REPO)}) is not here yet")
     jobsystem = _load_jobsystem()

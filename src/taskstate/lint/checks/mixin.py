@@ -28,6 +28,15 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
     for name in mixins:
         cls = src.classes[name]
         execute = methods.get((name, "execute"))
+        if execute is not None and _uses_execute_resumable(execute) and not _returns_it(execute):
+            yield ctx.finding(
+                src,
+                "TS407",
+                execute.node,
+                cls=name,
+                before=src.lines_of(execute.node, limit=6),
+                after="return self.execute_resumable(context)",
+            )
         if execute is not None and not _uses_execute_resumable(execute):
             yield ctx.finding(
                 src,
@@ -100,6 +109,19 @@ def _uses_execute_resumable(func: Function) -> bool:
         if isinstance(callee, ast.Attribute) and isinstance(callee.value, ast.Call):
             inner = callee.value.func
             if isinstance(inner, ast.Name) and inner.id == "super":
+                return True
+    return False
+
+
+def _returns_it(func: Function) -> bool:
+    """True when some `return` hands back execute_resumable's result (or a base's execute)."""
+    for ret in func.returns:
+        for node in ast.walk(ret):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("execute_resumable", "execute")
+            ):
                 return True
     return False
 
