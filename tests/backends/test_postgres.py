@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
@@ -256,3 +258,20 @@ def test_airflows_postgres_metadata_db_is_the_default(postgres_url: str, tmp_pat
     with psycopg.connect(postgres_url) as pg:
         row = pg.execute("SELECT value FROM taskstate_entries WHERE key = 'k'").fetchone()
     assert row == ("[1]",)
+
+
+def test_cli_db_migrate_and_check_on_postgres(fresh_postgres_url: str) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "taskstate", "--url", fresh_postgres_url, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+    scope = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
+    before = run("task", "set", *scope, "k", "1")
+    assert before.returncode != 0
+    assert "taskstate db migrate" in before.stderr
+    assert "Traceback" not in before.stderr
+    assert run("db", "check").returncode == 1
+    assert "applied 1" in run("db", "migrate").stdout
+    assert run("db", "check").returncode == 0
+    assert run("task", "set", *scope, "k", "1").returncode == 0
+    assert run("task", "get", *scope, "k").stdout.strip() == "1"

@@ -76,7 +76,11 @@ def _finding(finding: Finding, explained: set[str]) -> str:
 def _summary(results: list[FileResult], version: AirflowVersion) -> str:
     findings = [f for r in results for f in r.findings]
     files = len(results)
-    advice = f"advice for Airflow {version.label} ({version.source})"
+    advice = (
+        f"advice for Airflow {version.label} ({version.source})"
+        if version.parts
+        else "advice for any Airflow version (none installed here: say --airflow-version)"
+    )
     if not findings:
         return click.style(f"No findings in {files} file(s); {advice}.", fg="green")
     counts = Counter(f.severity for f in findings)

@@ -282,9 +282,9 @@ RULES: dict[str, Rule] = _table(
     # --- TS9xx: the file itself ----------------------------------------------------------------
     Rule(
         "TS901",
-        "syntax-error",
+        "unparsable-file",
         E,
-        "file does not parse: {error}",
+        "file cannot be checked: {error}",
         "Nothing in a file that does not parse can be checked (and Airflow cannot load it).",
         Advice.NONE,
     ),
