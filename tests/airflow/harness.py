@@ -27,20 +27,28 @@ def versions() -> list[str]:
 
 
 def airflow_env(version: str) -> Path:
-    """The cached env for `version`, with this checkout installed into it (about a second)."""
+    """The cached, shared env for `version` (Airflow and its pins only)."""
     out = subprocess.run(
         ["bash", str(REPO / "scripts" / "airflow-env.sh"), version],
         check=True,
         capture_output=True,
         text=True,
     ).stdout
-    env = Path(out.strip().splitlines()[-1])
-    subprocess.run(
-        [str(REPO / ".venv" / "bin" / "uv"), "pip", "install", "--quiet", "--no-deps",
-         "--reinstall", "--python", str(env / "bin" / "python"), str(REPO)],
-        check=True,
-    )  # fmt: skip
-    return env
+    return Path(out.strip().splitlines()[-1])
+
+
+def checkout_overlay(env: Path, target: Path) -> Path:
+    """This checkout, built and installed into `target` (for PYTHONPATH), entry points and all.
+
+    Never into the shared env itself: other checkouts run their own taskstate on the same env.
+    """
+    if not (target / "taskstate").is_dir():
+        subprocess.run(
+            [str(REPO / ".venv" / "bin" / "uv"), "pip", "install", "--quiet", "--no-deps",
+             "--python", str(env / "bin" / "python"), "--target", str(target), str(REPO)],
+            check=True,
+        )  # fmt: skip
+    return target
 
 
 class AirflowHome:
@@ -49,6 +57,7 @@ class AirflowHome:
     ) -> None:
         self.version = version
         self.env = airflow_env(version)
+        self.overlay = checkout_overlay(self.env, root / "taskstate-checkout")
         self.home = root
         self.dags = root / "dags"
         self.dags.mkdir(parents=True, exist_ok=True)
@@ -62,6 +71,7 @@ class AirflowHome:
             "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
             "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
             "PATH": f"{self.env / 'bin'}:{base.get('PATH', '')}",
+            "PYTHONPATH": str(self.overlay),
             **extra_env,
         }
         self.airflow("db", "migrate")
