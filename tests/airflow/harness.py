@@ -3,6 +3,7 @@ installed into it, and a throwaway AIRFLOW_HOME with a SQLite metadata DB migrat
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -79,8 +80,10 @@ class AirflowHome:
         self.airflow("dags", "reserialize")
 
     @property
-    def major(self) -> int:
-        return int(self.version.split(".")[0])
+    def airflow_version(self) -> str:
+        """The exact version pinned for this env ("3.2.2")."""
+        lock = (REPO / "requirements" / f"airflow-{self.version}.lock").read_text()
+        return re.search(r"^apache-airflow==(\S+)", lock, re.MULTILINE).group(1)  # type: ignore[union-attr]
 
     def airflow(
         self, *args: str, env: Mapping[str, str] = {}, check: bool = True, timeout: float = 600
@@ -102,6 +105,20 @@ class AirflowHome:
                 f"airflow {' '.join(args)} failed ({proc.returncode}):\n{output[-4000:]}"
             )
         return output
+
+    def python(self, *args: str, env: Mapping[str, str] = {}) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.env / "bin" / "python"), *args],
+            env={**self.environ, **env},
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def doctor(self, env: Mapping[str, str] = {}) -> dict[str, tuple[str, str]]:
+        proc = self.python("-m", "taskstate", "doctor", "--json", env=env)
+        return {c["check"]: (c["status"], c["detail"]) for c in json.loads(proc.stdout)}
 
     def dags_test(
         self,

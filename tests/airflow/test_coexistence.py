@@ -41,3 +41,8 @@ def test_examples_run_unchanged(native_home: AirflowHome, dag_id: str) -> None:
     # Nothing went to taskstate's own file: no double injection.
     db = Path(native_home.home, "taskstate.db")
     assert not db.exists() or not list(native_home.store().backend.scan())
+
+
+def test_doctor_says_the_native_store_is_in_charge(native_home: AirflowHome) -> None:
+    status, detail = native_home.doctor()["state store in charge"]
+    assert status == "ok" and detail.startswith("Airflow's own")

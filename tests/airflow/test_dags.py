@@ -110,3 +110,15 @@ def test_example_asset_producer_and_consumer(airflow_home: AirflowHome) -> None:
     (summary,) = assets.values()
     assert summary["rows_loaded"] == 3
     assert "Processing 3 rows up to" in output
+
+
+def test_doctor_reports_the_injection_and_warns_on_sqlite_with_celery(
+    airflow_home: AirflowHome,
+) -> None:
+    checks = airflow_home.doctor(env={"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"})
+    assert checks["airflow"] == ("ok", f"Airflow {airflow_home.airflow_version}")
+    assert checks["state store in charge"][1].startswith("taskstate")
+    assert checks["injection"][0] == "ok"
+    status, detail = checks["executor"]
+    assert status == "warn" and "taskstate_url = postgresql://" in detail
+    assert airflow_home.doctor()["executor"][0] == "ok"
