@@ -7,4 +7,6 @@ bash scripts/bootstrap.sh
 V=.venv/bin
 echo "== ruff"; "$V/ruff" check src tests bench examples; "$V/ruff" format --check src tests bench examples
 echo "== mypy"; "$V/mypy"
+# ~20 s from PyPI; tests/lint/test_lint_corpus.py skips if it could not be fetched
+echo "== lint corpus"; bash scripts/fetch_lint_corpus.sh || echo "lint corpus: fetch failed, its test will skip"
 echo "== pytest"; "$V/pytest" "$@"

@@ -4,6 +4,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.postgres_server import PostgresServer, running_server
 
 from taskstate import StateStore
 from taskstate.settings import Settings
@@ -33,3 +34,30 @@ def db_url(tmp_path: Path) -> str:
 def store(db_url: str, clock: Clock) -> Iterator[StateStore]:
     with StateStore(db_url, settings=Settings(), clock=clock) as s:
         yield s
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """One real PostgreSQL server for the whole session (tests marked `postgres`)."""
+    with running_server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def postgres_url(postgres_server: PostgresServer) -> str:
+    return postgres_server.url
+
+
+@pytest.fixture
+def fresh_postgres_url(postgres_url: str) -> Iterator[str]:
+    """A new, empty database (no taskstate schema) on the session's server."""
+    import uuid
+
+    import psycopg
+
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield postgres_url.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")

@@ -118,6 +118,21 @@ def test_none_value_is_a_value_error_but_nested_none_is_fine() -> None:
     assert encode_value({"a": None, "b": [None]}) == '{"a":null,"b":[null]}'
 
 
+def test_hints_for_common_data_engineering_types() -> None:
+    import enum
+
+    class Color(str, enum.Enum):
+        RED = "red"
+
+    with pytest.raises(UnsupportedValueTypeError, match=r"value\['c'\] is a Color.*value.value"):
+        encode_value({"c": Color.RED})
+    deep: list[Any] = []
+    for _ in range(5000):
+        deep = [deep]
+    with pytest.raises(InvalidValueError, match="nested too deeply"):
+        encode_value(deep)
+
+
 def test_errors_are_builtin_subclasses() -> None:
     assert issubclass(InvalidValueError, ValueError)
     assert issubclass(UnsupportedValueTypeError, TypeError)

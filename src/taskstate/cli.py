@@ -14,6 +14,7 @@ from typing import Any, TextIO, TypeVar
 import click
 
 from taskstate import transfer
+from taskstate.backends.offload import sweep_orphans
 from taskstate.cleanup import clean as run_cleanup
 from taskstate.errors import TaskStateError
 from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
@@ -384,8 +385,10 @@ def clean(dry_run: bool, batch_size: int | None, as_json: bool) -> None:
             dry_run=dry_run,
             on_batch=lambda n: progress.update(bar, advance=n),
         )
+    # Offloaded objects whose rows are gone (expired just now, or cleared by prefix).
+    orphans = sweep_orphans(store, dry_run=dry_run)
     if as_json:
-        _print_json(result.__dict__)
+        _print_json({**result.__dict__, "offloaded_orphans": orphans})
     elif dry_run:
         click.echo(f"would delete {result.expired} expired task keys (dry run)")
     else:
@@ -393,6 +396,9 @@ def clean(dry_run: bool, batch_size: int | None, as_json: bool) -> None:
             f"deleted {result.deleted} expired task keys in {result.batches} batch(es), "
             f"{result.seconds:.2f}s; longest batch {result.longest_batch_s * 1000:.1f} ms"
         )
+    if orphans and not as_json:
+        verb = "would remove" if dry_run else "removed"
+        click.echo(f"{verb} {orphans} orphaned offloaded objects")
 
 
 @main.command("export")

@@ -60,3 +60,12 @@ class BackendUnavailableError(BackendError, ConnectionError):
 
 class SchemaMissingError(BackendError):
     """The backend's tables are missing or outdated; run `taskstate db migrate`."""
+
+
+class LostSubmissionError(TaskStateError, RuntimeError):
+    """A try died between recording its intent to submit a job and saving the job's id, and
+    the operator chose `on_lost_submission = "fail"`: a person must check the job system."""
+
+
+class ConcurrentTryError(TaskStateError, RuntimeError):
+    """Two tries of one task instance tried to submit at the same moment."""

@@ -56,6 +56,21 @@ def _text(raw: str) -> str | None:
     return raw.strip() or None
 
 
+def _optional(parse: Callable[[str], int]) -> Callable[[str], int | None]:
+    """Empty means unset (None)."""
+    return lambda raw: parse(raw) if raw.strip() else None
+
+
+def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        value = raw.strip().lower() or choices[0]
+        if value not in choices:
+            raise ConfigError(f"{option} must be one of {', '.join(choices)}, got {raw!r}")
+        return value
+
+    return parse
+
+
 @dataclass(frozen=True)
 class Settings:
     """Every option taskstate reads. Field metadata names the (section, option) it comes from."""
@@ -68,6 +83,10 @@ class Settings:
     max_value_storage_bytes: int = 65535
     worker_backend: str | None = None
     sql_alchemy_conn: str | None = None
+    offload_url: str | None = None
+    offload_threshold: int | None = None
+    offload_compression: str = "none"
+    offload_storage_options: str | None = None
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -113,6 +132,18 @@ _OPTIONS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     ),
     "worker_backend": ("workers", "state_store_backend", _text),
     "sql_alchemy_conn": ("database", "sql_alchemy_conn", _text),
+    "offload_url": ("state_store", "taskstate_offload_url", _text),
+    "offload_threshold": (
+        "state_store",
+        "taskstate_offload_threshold",
+        _optional(_int("[state_store] taskstate_offload_threshold", 0)),
+    ),
+    "offload_compression": (
+        "state_store",
+        "taskstate_offload_compression",
+        _choice("[state_store] taskstate_offload_compression", ("none", "gzip")),
+    ),
+    "offload_storage_options": ("state_store", "taskstate_offload_storage_options", _text),
 }
 
 Lookup = Callable[[str, str], "str | None"]

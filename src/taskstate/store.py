@@ -30,6 +30,15 @@ from taskstate.values import (
 REF_MARKER = "__taskstate_ref__"
 
 
+def stored_ref(text: str) -> str | None:
+    """The offload reference a stored value holds, or None for an inline value."""
+    if REF_MARKER not in text:
+        return None
+    value = decode_value(text)
+    ref = value.get(REF_MARKER) if type(value) is dict and len(value) == 1 else None
+    return ref if isinstance(ref, str) else None
+
+
 class StateStore:
     """Entry point: `StateStore()` uses the configured backend; `StateStore(url)` opens one."""
 
@@ -57,12 +66,10 @@ class StateStore:
 
     def load_value(self, text: str) -> Any:
         """Decode stored JSON text, following an offload reference when one is configured."""
-        value = decode_value(text)
-        if self.worker_backend is not None and type(value) is dict and len(value) == 1:
-            ref = value.get(REF_MARKER)
-            if isinstance(ref, str):
-                return decode_value(self.worker_backend.deserialize_from_ref(ref))
-        return value
+        ref = None if self.worker_backend is None else stored_ref(text)
+        if ref is not None and self.worker_backend is not None:
+            return decode_value(self.worker_backend.deserialize_from_ref(ref))
+        return decode_value(text)
 
     def close(self) -> None:
         self.backend.close()
@@ -132,6 +139,8 @@ class _Accessor:
         text = self._stored_text(key, value)
         now = self._clock()
         self._backend.set(self._ns, key, text, self._expiry(retention, now), now)
+        if self._worker is not None and (ref := stored_ref(text)) is not None:
+            self._worker.committed(self._ns, key, ref)
 
     def _expiry(self, retention: object, now: float) -> float | None:
         return expires_at(retention, self._default_days, now)

@@ -6,6 +6,7 @@ import json
 import math
 import re
 from datetime import timedelta
+from enum import Enum
 from typing import Any, TypeAlias
 
 from taskstate.errors import (
@@ -49,7 +50,16 @@ def _where(path: str) -> str:
 
 def _reject_type(obj: object, path: str) -> UnsupportedValueTypeError:
     name = type(obj).__name__
-    hint = _HINTS.get(name, "convert it to str, int, float, bool, list or dict first")
+    hint = _HINTS.get(name)
+    if hint is None:
+        if isinstance(obj, Enum):
+            hint = "store value.value (or value.name)"
+        elif hasattr(obj, "isoformat"):  # pandas/pendulum timestamps
+            hint = "store it as text: value.isoformat()"
+        elif hasattr(obj, "item") and hasattr(obj, "dtype"):  # numpy scalars
+            hint = "use value.item() to get a plain Python number"
+        else:
+            hint = "convert it to str, int, float, bool, list or dict first"
     return UnsupportedValueTypeError(
         f"{_where(path)} is a {name}, which JSON cannot store exactly; {hint}"
     )
@@ -91,7 +101,10 @@ def encode_value(value: object) -> str:
             "the value is None; None cannot be stored — use delete(key) to remove a key, "
             'or store a sentinel such as "" or {}'
         )
-    _check(value, "")
+    try:
+        _check(value, "")
+    except RecursionError:
+        raise InvalidValueError("the value is nested too deeply to store as JSON") from None
     return _encode(value)
 
 

@@ -157,3 +157,6 @@ class WorkerStateBackend(ABC):
 
     def clear_prefix(self, prefix: str) -> None:
         """Remove objects of every namespace under `prefix`; default: nothing to do."""
+
+    def committed(self, namespace: str, key: str, ref: str) -> None:
+        """The row holding `ref` is committed (after `set`): a chance to drop older objects."""

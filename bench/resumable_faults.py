@@ -1,0 +1,132 @@
+"""ResumableJobMixin under random SIGKILLs: jobs per logical job, results, decisions.
+
+For each way of handling the idempotency token (client token the job system dedupes on;
+`find_job` lookup; neither; neither with `on_lost_submission = "fail"`), run `--kills` logical
+jobs. Each gets one try SIGKILLed at a random point (a named kill point, or a random moment),
+then clean tries until one returns, as Airflow's retries would. A fraction (`--fail-rate`) of
+logical jobs has its first job fail, so the terminal-resubmit path runs too.
+
+    .venv/bin/python bench/resumable_faults.py [--kills 500] [--seed 1] [--fail-rate 0.1]
+
+Prints markdown tables (pasted into bench/README.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import random
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+
+from resumable.driver import (
+    KILL_POINTS,
+    SYSTEMS,
+    Env,
+    Scenario,
+    random_kill,
+    run_scenario,
+)
+from resumable.jobsystem import running_jobsystem
+
+DECISIONS = (
+    "fresh_submit",
+    "reconnect",
+    "already_succeeded",
+    "terminal_resubmit",
+    "recover_from_intent",
+)
+
+
+def run(kills: int, seed: int, fail_rate: float) -> dict[str, list[Scenario]]:
+    rng = random.Random(seed)
+    results: dict[str, list[Scenario]] = {}
+    with tempfile.TemporaryDirectory() as tmp, running_jobsystem(Path(tmp) / "jobs.db") as jobs:
+        env = Env(state_url=f"sqlite:///{tmp}/state.db", jobs_path=jobs.path)
+        for system in SYSTEMS.values():
+            started = time.monotonic()
+            results[system.name] = [
+                run_scenario(
+                    env, jobs, system, fail_first=rng.random() < fail_rate, **random_kill(rng)
+                )
+                for _ in range(kills)
+            ]
+            print(
+                f"{system.name}: {kills} scenarios in {time.monotonic() - started:.1f}s",
+                file=sys.stderr,
+            )
+    return results
+
+
+def summary(results: dict[str, list[Scenario]]) -> str:
+    lines = [
+        "| job system / operator | kills landed | 1 working job | 2 | ≥3 | submissions "
+        "(mean / max) | correct result | stopped for a person |",
+        "|---|--:|--:|--:|--:|--:|--:|--:|",
+    ]
+    for name, scenarios in results.items():
+        working = Counter(min(s.working_jobs, 3) for s in scenarios)
+        landed = sum(1 for s in scenarios if s.tries[0].killed_at is not None)
+        subs = [s.submissions for s in scenarios]
+        correct = sum(s.result_correct for s in scenarios)
+        lost = sum(s.lost for s in scenarios)
+        lines.append(
+            f"| {name} | {landed}/{len(scenarios)} | {working[1]} | {working[2]} | {working[3]} "
+            f"| {sum(subs) / len(subs):.2f} / {max(subs)} | {correct} | {lost} |"
+        )
+    return "\n".join(lines)
+
+
+def by_kill_point(results: dict[str, list[Scenario]]) -> str:
+    names = list(results)
+    lines = [
+        "| kill point | " + " | ".join(f"{n}: n, >1 job" for n in names) + " |",
+        "|---|" + "--:|" * len(names),
+    ]
+    for point in (*KILL_POINTS, "random_time"):
+        cells = []
+        for name in names:
+            hit = [s for s in results[name] if s.kill == point]
+            extra = sum(1 for s in hit if s.working_jobs > 1)
+            cells.append(f"{len(hit)}, {extra}")
+        lines.append(f"| {point} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def decisions(results: dict[str, list[Scenario]]) -> str:
+    lines = [
+        "| job system / operator | " + " | ".join(DECISIONS) + " | (recovered by find_job) |",
+        "|---|" + "--:|" * (len(DECISIONS) + 1),
+    ]
+    for name, scenarios in results.items():
+        retries = [t for s in scenarios for t in s.tries[1:]]
+        counts = Counter(t.decision for t in retries)
+        recovered = sum(t.recovered for t in retries)
+        cells = " | ".join(str(counts[d]) for d in DECISIONS)
+        lines.append(f"| {name} | {cells} | {recovered} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    logging.getLogger("taskstate.resumable").setLevel(logging.ERROR)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--kills", type=int, default=500, help="logical jobs (one kill each)")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--fail-rate", type=float, default=0.1)
+    args = parser.parse_args()
+    results = run(args.kills, args.seed, args.fail_rate)
+    print("Jobs per logical job (a working job is one that did not FAIL; target: exactly 1)\n")
+    print(summary(results))
+    print("\nLogical jobs by kill point, and how many ended with more than one working job\n")
+    print(by_kill_point(results))
+    print("\nDecisions taken on the tries after the kill\n")
+    print(decisions(results))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Python environments and Airflow homes for the comparison.
+
+Each side gets its own copy of a pinned environment, built by scripts/airflow-env.sh from the
+same lock file under a bench-only root per checkout: the shared envs are used by the test
+suite (which installs other checkouts of taskstate into them), and environment A must hold no
+taskstate at all. Environment B gets this checkout installed, not editable: a bench measures
+one snapshot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+UV = REPO / ".venv" / "bin" / "uv"
+DAGS = Path(__file__).resolve().parent / "dags"
+# One root per checkout: each installs its own taskstate into B, and two worktrees sharing an
+# env would measure each other's code.
+_CHECKOUT = f"{REPO.name}-{hashlib.sha256(str(REPO).encode()).hexdigest()[:8]}"
+ENVS = Path(
+    os.environ.get("VERSUS_ENVS") or Path.home() / ".cache/taskstate/versus-envs" / _CHECKOUT
+)
+
+
+def log(message: str) -> None:
+    print(f"[versus {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _locked(*names: str) -> list[str]:
+    """`name==version` for each name as pinned in requirements/dev.lock."""
+    pins = dict(
+        line.split("==", 1)
+        for line in (REPO / "requirements" / "dev.lock").read_text().splitlines()
+        if "==" in line and not line.startswith((" ", "#"))
+    )
+    return [f"{name}=={pins[name].strip()}" for name in names]
+
+
+def pinned_env(version: str, *, taskstate: bool, postgres: bool = False) -> Path:
+    """The bench's own env for `version` (built once per lock), with or without taskstate.
+
+    `postgres` adds our PostgreSQL driver, at the versions of requirements/dev.lock (the pinned
+    Airflow locks carry none).
+    """
+    root = ENVS / ("with-taskstate" if taskstate else "airflow-only")
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "airflow-env.sh"), version],
+        check=True,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "TASKSTATE_ENVS": str(root)},
+    ).stdout
+    env = Path(out.strip().splitlines()[-1])
+    python = str(env / "bin" / "python")
+    if postgres:
+        drivers = _locked("psycopg", "psycopg-binary", "psycopg-pool")
+        subprocess.run(
+            [str(UV), "pip", "install", "--quiet", "--python", python, *drivers], check=True
+        )
+    if taskstate:
+        subprocess.run(
+            [
+                str(UV),
+                "pip",
+                "install",
+                "--quiet",
+                "--no-deps",
+                "--reinstall-package",
+                "taskstate",
+                "--python",
+                python,
+                str(REPO),
+            ],
+            check=True,
+        )
+    else:
+        found = subprocess.run([python, "-c", "import taskstate"], capture_output=True)
+        if found.returncode == 0:
+            raise RuntimeError(f"{env} must not contain taskstate (environment A)")
+    return env
+
+
+@dataclass
+class Side:
+    """One column of the report: an Airflow version and whose state store it uses."""
+
+    name: str  # e.g. "A: Airflow 3.3.2 native"
+    airflow: str  # pinned env version, e.g. "3.3"
+    taskstate: bool
+    backend: str = "sqlite"  # taskstate backend: "sqlite" (embedded) or "postgresql"
+    env: Path = field(default=Path())
+
+    @property
+    def airflow_major(self) -> int:
+        return int(self.airflow.split(".")[0])
+
+    def prepare(self) -> None:
+        self.env = pinned_env(
+            self.airflow, taskstate=self.taskstate, postgres=self.backend == "postgresql"
+        )
+
+
+class AirflowHome:
+    """A throwaway AIRFLOW_HOME with the bench DAGs and its own SQLite metadata database."""
+
+    def __init__(self, side: Side, root: Path, taskstate_url: str | None = None) -> None:
+        self.side = side
+        self.root = root
+        shutil.rmtree(root, ignore_errors=True)
+        (root / "dags").mkdir(parents=True)
+        shutil.copy(DAGS / "versus_dags.py", root / "dags")
+        self.db = root / "airflow.db"
+        self.env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+            "AIRFLOW_HOME": str(root),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(root / "dags"),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{self.db}",
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            "AIRFLOW__API_AUTH__JWT_SECRET": secrets.token_hex(16),
+            "AIRFLOW__WEBSERVER__SECRET_KEY": secrets.token_hex(16),
+            "PATH": f"{side.env / 'bin'}:{os.environ.get('PATH', '')}",
+            "PYTHONUNBUFFERED": "1",
+        }
+        self.taskstate_url = taskstate_url
+        if taskstate_url:
+            self.env["AIRFLOW__STATE_STORE__TASKSTATE_URL"] = taskstate_url
+            # A server backend is never migrated implicitly: the admin's step, done once.
+            subprocess.run(
+                [str(side.env / "bin" / "taskstate"), "db", "migrate"],
+                env=self.env,
+                check=True,
+                capture_output=True,
+            )
+        self.airflow("db", "migrate")
+
+    @property
+    def taskstate_db(self) -> Path:
+        return self.root / "taskstate.db"
+
+    def command(self, *args: str) -> list[str]:
+        return [str(self.side.env / "bin" / "python"), "-m", "airflow", *args]
+
+    def airflow(self, *args: str, extra_env: dict[str, str] | None = None) -> float:
+        """Run one Airflow CLI command to completion; return its wall time in seconds."""
+        logfile = self.root / "logs-cli.txt"
+        started = time.perf_counter()
+        with open(logfile, "a") as out:
+            out.write(f"\n$ airflow {' '.join(args)}\n")
+            out.flush()
+            done = subprocess.run(
+                self.command(*args),
+                env={**self.env, **(extra_env or {})},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.root,
+            )
+        wall = time.perf_counter() - started
+        if done.returncode != 0:
+            command = " ".join(args)
+            raise RuntimeError(f"airflow {command} failed ({done.returncode}); see {logfile}")
+        return wall

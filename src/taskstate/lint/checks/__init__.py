@@ -1,0 +1,23 @@
+"""The rule families; each module checks one family and yields findings for one file."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from taskstate.lint.checks import mixin, store_calls, submit_poll, timestamps, variables, xcom
+from taskstate.lint.checks.base import Context
+from taskstate.lint.finding import Finding
+from taskstate.lint.source import Source
+
+Check = Callable[[Source, Context], Iterator[Finding]]
+
+CHECKS: tuple[Check, ...] = (
+    variables.check,
+    xcom.check,
+    submit_poll.check,
+    mixin.check,
+    store_calls.check,
+    timestamps.check,
+)
+
+__all__ = ["CHECKS", "Check", "Context"]

@@ -1,0 +1,216 @@
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+import pytest
+from tests.postgres_server import PostgresServer, free_port
+
+from taskstate import StateStore, TaskScope
+from taskstate.backends import open_backend
+from taskstate.backends.base import Entry, SchemaStatus
+from taskstate.backends.postgres import MIGRATIONS, PostgresBackend
+from taskstate.errors import BackendError, BackendUnavailableError, SchemaMissingError
+from taskstate.settings import Settings
+from taskstate.testing.contract import NOW, BackendContract
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture
+def backend_url(postgres_url: str) -> Iterator[PostgresBackend]:
+    """A migrated, empty backend on the session's server."""
+    backend = PostgresBackend(postgres_url)
+    backend.migrate()
+    backend.clear_prefix("")
+    yield backend
+    backend.close()
+
+
+class TestPostgresContract(BackendContract):
+    @pytest.fixture
+    def backend(self, backend_url: PostgresBackend) -> PostgresBackend:
+        return backend_url
+
+
+def test_reads_and_writes_before_migrate_say_to_run_db_migrate(fresh_postgres_url: str) -> None:
+    backend = PostgresBackend(fresh_postgres_url)
+    assert backend.schema_status() == SchemaStatus(None, len(MIGRATIONS))
+    with pytest.raises(SchemaMissingError, match="taskstate db migrate"):
+        backend.set("ns", "k", "1", None, NOW)
+    with pytest.raises(SchemaMissingError, match="taskstate db migrate"):
+        backend.get("ns", "k")
+    assert backend.migrate() == list(range(1, len(MIGRATIONS) + 1))
+    backend.set("ns", "k", "1", None, NOW)
+    assert backend.get("ns", "k") == Entry("1", None)
+    assert backend.schema_status().up_to_date
+    backend.close()
+
+
+def test_tables_are_prefixed_and_never_airflows(fresh_postgres_url: str) -> None:
+    PostgresBackend(fresh_postgres_url).migrate()
+    with psycopg.connect(fresh_postgres_url) as conn:
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables").fetchall()}
+    ours = {t for t in tables if not t.startswith(("pg_", "sql_"))}
+    assert ours == {"taskstate_entries", "taskstate_schema_version"}
+
+
+def _migrate(url: str) -> list[int]:
+    return PostgresBackend(url).migrate()
+
+
+def test_concurrent_migrations_apply_each_version_once(fresh_postgres_url: str) -> None:
+    with mp.get_context("spawn").Pool(4) as pool:
+        results = pool.map(_migrate, [fresh_postgres_url] * 4)
+    assert sorted(results) == [[], [], [], list(range(1, len(MIGRATIONS) + 1))]
+
+
+def test_sqlalchemy_urls_work_and_the_password_never_shows(postgres_url: str) -> None:
+    url = postgres_url.replace("postgresql://", "postgresql+psycopg2://")
+    backend = open_backend(url, Settings())
+    assert isinstance(backend, PostgresBackend)
+    backend.migrate()
+    backend.set("ns", "k", "1", None, NOW)
+    assert backend.get("ns", "k") == Entry("1", None)
+    for shown in (backend.url, backend.describe(), repr(StateStore(backend=backend))):
+        assert "secret" not in shown
+    assert backend.describe().endswith(f"127.0.0.1:{urlsplit(postgres_url).port}/taskstate")
+    backend.close()
+
+
+def test_unreachable_server_is_a_typed_error_naming_it() -> None:
+    port = free_port()
+    backend = PostgresBackend(
+        f"postgresql://u:hunter2@127.0.0.1:{port}/db", retry_window_s=0.5, connect_timeout_s=1
+    )
+    with pytest.raises(BackendUnavailableError, match=f"127.0.0.1:{port}/db") as caught:
+        backend.set("ns", "k", "1", None, NOW)
+    assert isinstance(caught.value, ConnectionError)
+    assert "hunter2" not in str(caught.value)
+
+
+def test_wrong_password_fails_at_once_without_retrying(postgres_url: str) -> None:
+    backend = PostgresBackend(postgres_url.replace(":secret@", ":wrong@"), retry_window_s=60)
+    with pytest.raises(BackendError, match="password authentication failed") as caught:
+        backend.get("ns", "k")
+    assert not isinstance(caught.value, BackendUnavailableError)
+
+
+def test_transact_retries_when_the_connection_dies_before_commit(
+    backend_url: PostgresBackend, postgres_url: str
+) -> None:
+    backend = backend_url
+    calls = []
+
+    def incr(entry: Entry | None) -> tuple[Entry | None, int]:
+        calls.append(entry)
+        if len(calls) == 1:  # kill our own session mid-transaction, from outside
+            with psycopg.connect(postgres_url, autocommit=True) as admin:
+                admin.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                    "WHERE application_name = 'taskstate' AND state = 'idle in transaction'"
+                )
+        value = 1 if entry is None else int(entry.value) + 1
+        return Entry(str(value), None), value
+
+    backend.set("ns", "n", "41", None, NOW)
+    assert backend.transact("ns", "n", incr, NOW) == 42
+    assert len(calls) == 2
+    assert backend.get("ns", "n") == Entry("42", None)
+
+
+def _increment(url: str, n: int) -> None:
+    with StateStore(url) as store:
+        accessor = store.task_state(TaskScope("dag", "run", "task"))
+        for _ in range(n):
+            accessor.update("counter", lambda v: v + 1, default=0)
+
+
+def test_update_from_8_processes_loses_nothing(backend_url: PostgresBackend) -> None:
+    url = backend_url._conninfo
+    with mp.get_context("spawn").Pool(8) as pool:
+        pool.starmap(_increment, [(url, 500)] * 8)
+    with StateStore(url) as store:
+        assert store.task_state(TaskScope("dag", "run", "task")).get("counter") == 4000
+
+
+def _fork_child(backend: PostgresBackend, conn: Connection) -> None:
+    backend.set("ns", "child", "1", None, NOW)
+    conn.send(backend.get("ns", "parent"))
+
+
+def test_a_forked_child_opens_its_own_pool(backend_url: PostgresBackend) -> None:
+    backend = backend_url
+    backend.set("ns", "parent", "1", None, NOW)
+    ctx = mp.get_context("fork")
+    parent_end, child_end = ctx.Pipe()
+    child = ctx.Process(target=_fork_child, args=(backend, child_end))
+    child.start()
+    assert parent_end.recv() == Entry("1", None)
+    child.join()
+    assert child.exitcode == 0
+    # the parent's pooled sessions survived the child's exit
+    assert backend.get("ns", "child") == Entry("1", None)
+    backend.set("ns", "parent", "2", None, NOW)
+
+
+def _write_forever(url: str, acks: str, stop: Event) -> None:
+    """Set k0, k1, ... and record each one only after `set` returned."""
+    with StateStore(url) as store, open(acks, "a", buffering=1) as log:
+        accessor = store.task_state(TaskScope("dag", "run", "writer"))
+        i = 0
+        while not stop.is_set():
+            accessor.set(f"k{i}", {"i": i, "pad": "x" * 100})
+            log.write(f"{i}\n")
+            i += 1
+
+
+def _wait_for_more_acks(path: Path, than: int) -> int:
+    while True:
+        count = len(path.read_text().split())
+        if count > than + 50:
+            return count
+        time.sleep(0.05)
+
+
+@pytest.mark.slow
+def test_every_acknowledged_write_survives_server_restarts_and_crashes(
+    backend_url: PostgresBackend, postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    url, acks = postgres_server.url, tmp_path / "acks"
+    acks.touch()
+    ctx = mp.get_context("spawn")
+    stop = ctx.Event()
+    writer = ctx.Process(target=_write_forever, args=(url, str(acks), stop))
+    writer.start()
+    try:
+        seen = _wait_for_more_acks(acks, 0)
+        for outage in (postgres_server.restart, postgres_server.crash) * 2:
+            outage()
+            seen = _wait_for_more_acks(acks, seen)  # the writer rode through the outage
+    finally:
+        stop.set()
+        writer.join(60)
+    assert writer.exitcode == 0
+    acked = [int(line) for line in acks.read_text().split()]
+    assert acked == list(range(len(acked)))
+    with StateStore(url) as store:
+        accessor = store.task_state(TaskScope("dag", "run", "writer"))
+        assert all(accessor.get(f"k{i}") == {"i": i, "pad": "x" * 100} for i in acked)
+
+
+def test_scan_pages_through_more_rows_than_one_page(backend_url: PostgresBackend) -> None:
+    backend = backend_url
+    expected = [(f"dag/{n}", f"k{i:04d}") for n in ("a", "b") for i in range(1200)]
+    with psycopg.connect(backend._conninfo) as conn, conn.cursor() as cur:
+        cur.executemany(
+            "INSERT INTO taskstate_entries VALUES (%s, %s, '1', NULL, 0)", [*expected, ("e", "k")]
+        )
+    assert [(r.namespace, r.key) for r in backend.scan("dag/")] == expected
+    assert len(list(backend.scan())) == 2401

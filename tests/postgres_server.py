@@ -1,0 +1,191 @@
+"""A throwaway PostgreSQL server for tests and benchmarks: Debian's `postgresql` package, a data
+directory in a temp dir, 127.0.0.1 on a free port, stopped (and deleted) at the end.
+
+Used by the `postgres_url` fixture (tests/conftest.py) and imported by bench/*.py, so both
+measure the same kind of server. PostgreSQL refuses to run as root; when we are root the
+server runs as the `postgres` system user (created if missing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _bin_dir() -> Path:
+    """Newest /usr/lib/postgresql/<major>/bin, installing the Debian package if there is none."""
+    for _ in range(2):
+        found = sorted(
+            glob.glob("/usr/lib/postgresql/*/bin/initdb"),
+            key=lambda p: int(Path(p).parent.parent.name),
+        )
+        if found:
+            return Path(found[-1]).parent
+        if os.geteuid() != 0:
+            break
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"],
+            check=True,
+            env=env,
+        )
+    raise RuntimeError("PostgreSQL not found: apt-get install postgresql (as root)")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _server_user() -> str | None:
+    """None when we may run the server ourselves; else the unprivileged user to run it as."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        pwd.getpwnam("postgres")
+    except KeyError:
+        subprocess.run(
+            ["useradd", "--system", "--home-dir", "/var/lib/postgresql", "postgres"], check=True
+        )
+    return "postgres"
+
+
+class PostgresServer:
+    """One cluster: `start()`, `url`, `restart()`, `crash()`, `stop()`."""
+
+    def __init__(self, *, fsync: bool = False) -> None:
+        self.bin = _bin_dir()
+        self.user = _server_user()
+        self.root = Path(tempfile.mkdtemp(prefix="taskstate-pg-"))
+        self.data = self.root / "data"
+        self.port = free_port()
+        self.dbname = "taskstate"
+        self.fsync = fsync
+        if self.user:
+            entry = pwd.getpwnam(self.user)
+            os.chown(self.root, entry.pw_uid, entry.pw_gid)
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://{self._role}:secret@127.0.0.1:{self.port}/{self.dbname}"
+
+    @property
+    def _role(self) -> str:
+        return self.user or pwd.getpwuid(os.geteuid()).pw_name
+
+    def _run(self, tool: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        cmd = [str(self.bin / tool), *args]
+        if self.user:
+            cmd = ["runuser", "-u", self.user, "--", *cmd]
+        return subprocess.run(cmd, check=check, capture_output=True, text=True, cwd=self.root)
+
+    def start(self) -> PostgresServer:
+        if not self.data.exists():
+            pwfile = self.root / "pw"
+            pwfile.write_text("secret\n")
+            if self.user:
+                entry = pwd.getpwnam(self.user)
+                os.chown(pwfile, entry.pw_uid, entry.pw_gid)
+            self._run(
+                "initdb", "-D", str(self.data), "-U", self._role, "--pwfile", str(pwfile),
+                "-A", "scram-sha-256", "-E", "UTF8", "--locale", "C.UTF-8", "--no-sync",
+            )  # fmt: skip
+            conf = [
+                "listen_addresses = '127.0.0.1'",
+                f"port = {self.port}",
+                f"unix_socket_directories = '{self.root}'",
+                f"fsync = {'on' if self.fsync else 'off'}",
+                "max_connections = 200",
+                "shared_buffers = 128MB",
+            ]
+            with open(self.data / "postgresql.conf", "a") as f:
+                f.write("\n".join(conf) + "\n")
+        self._pg_ctl_start()
+        if not self._has_db():
+            self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), self.dbname,
+                      *self._auth_args())  # fmt: skip
+        return self
+
+    def _auth_args(self) -> list[str]:
+        return ["-U", self._role, "-w"]
+
+    def _has_db(self) -> bool:
+        out = self._run(
+            "psql", "-h", "127.0.0.1", "-p", str(self.port), *self._auth_args(), "-d", "postgres",
+            "-tAc", f"SELECT 1 FROM pg_database WHERE datname = '{self.dbname}'",
+        ).stdout  # fmt: skip
+        return out.strip() == "1"
+
+    def _pg_ctl_start(self) -> None:
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "start")
+
+    def restart(self) -> None:
+        """A clean restart: every session is terminated, committed data survives."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "restart",
+                  "-l", str(self.root / "log"))  # fmt: skip
+
+    def crash(self) -> None:
+        """SIGKILL the postmaster and every backend, then start again (crash recovery)."""
+        pids = self._cluster_pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in pids:
+            while Path(f"/proc/{pid}").exists() and _state(pid) != "Z":
+                time.sleep(0.01)
+        # A SIGKILLed postmaster leaves its lock files; a zombie still "owns" them until reaped.
+        (self.data / "postmaster.pid").unlink(missing_ok=True)
+        for leftover in self.root.glob(f".s.PGSQL.{self.port}*"):
+            leftover.unlink(missing_ok=True)
+        self._pg_ctl_start()
+
+    def _cluster_pids(self) -> list[int]:
+        postmaster = int((self.data / "postmaster.pid").read_text().split()[0])
+        children = [
+            int(p.name)
+            for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _ppid(int(p.name)) == postmaster
+        ]
+        return [postmaster, *children]
+
+    def stop(self) -> None:
+        if (self.data / "postmaster.pid").exists():
+            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _ppid(pid: int) -> int | None:
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _state(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return "X"
+
+
+@contextlib.contextmanager
+def running_server(*, fsync: bool = False) -> Iterator[PostgresServer]:
+    os.environ.setdefault("PGPASSWORD", "secret")  # for the createdb/psql helper calls
+    server = PostgresServer(fsync=fsync)
+    try:
+        yield server.start()
+    finally:
+        server.stop()

@@ -1,0 +1,126 @@
+"""Every kill point, every way of handling the token: how many jobs the job system ran, what
+the task returned, and what the retry decided. Real SQLite store, real job system worker,
+real SIGKILL."""
+
+from __future__ import annotations
+
+import pytest
+
+from .driver import KILL_POINTS, SYSTEMS, Env, run_scenario
+from .jobsystem import JobSystem
+
+# Kill points where the job system may already hold the job but the store has no id for it.
+WINDOW = {"after_accept", "before_persist"}
+
+RETRY_DECISIONS = {
+    "start": {"fresh_submit"},
+    "before_submit": {"recover_from_intent", "fresh_submit"},
+    "after_accept": {"recover_from_intent", "reconnect", "already_succeeded"},
+    "before_persist": {"recover_from_intent", "reconnect", "already_succeeded"},
+    "during_poll": {"reconnect", "already_succeeded"},
+    "after_success": {"already_succeeded"},
+}
+
+
+@pytest.mark.parametrize("kill_at", KILL_POINTS)
+@pytest.mark.parametrize("system", ["client-token", "find_job"])
+def test_one_job_and_the_right_result_whatever_the_kill_point(
+    env: Env, jobs: JobSystem, system: str, kill_at: str
+) -> None:
+    scenario = run_scenario(env, jobs, SYSTEMS[system], kill_at=kill_at)
+    killed, retry = scenario.tries[0], scenario.tries[1]
+    assert killed.killed_at == kill_at
+    assert retry.decision in RETRY_DECISIONS[kill_at]
+    assert scenario.working_jobs == 1, scenario.jobs
+    assert scenario.result_correct, scenario.final
+    assert len(scenario.tries) == 2
+
+
+@pytest.mark.parametrize("kill_at", ["after_accept", "before_persist"])
+def test_find_job_recovers_the_id_lost_in_the_window(env: Env, jobs: JobSystem, kill_at: str):
+    scenario = run_scenario(env, jobs, SYSTEMS["find_job"], kill_at=kill_at)
+    retry = scenario.tries[1]
+    assert retry.recovered
+    assert retry.decision in {"reconnect", "already_succeeded"}
+    assert scenario.submissions == 1
+
+
+@pytest.mark.parametrize("kill_at", ["after_accept", "before_persist"])
+def test_client_token_dedupes_the_resubmission(env: Env, jobs: JobSystem, kill_at: str) -> None:
+    scenario = run_scenario(env, jobs, SYSTEMS["client-token"], kill_at=kill_at)
+    assert scenario.tries[1].decision == "recover_from_intent"
+    first, second = jobs.submissions_for(scenario.logical)
+    assert first.token is not None and second.token == first.token
+    assert (first.deduped, second.deduped) == (False, True)
+    assert second.job_id == first.job_id
+
+
+@pytest.mark.parametrize("kill_at", KILL_POINTS)
+def test_without_token_or_find_job_only_the_window_duplicates(
+    env: Env, jobs: JobSystem, kill_at: str
+) -> None:
+    scenario = run_scenario(env, jobs, SYSTEMS["no-token"], kill_at=kill_at)
+    assert scenario.result_correct
+    assert scenario.working_jobs == (2 if kill_at in WINDOW else 1), scenario.jobs
+
+
+@pytest.mark.parametrize("kill_at", KILL_POINTS)
+def test_fail_policy_stops_for_a_person_instead_of_duplicating(
+    env: Env, jobs: JobSystem, kill_at: str
+) -> None:
+    scenario = run_scenario(env, jobs, SYSTEMS["no-token+fail"], kill_at=kill_at)
+    assert scenario.working_jobs <= 1
+    if kill_at in WINDOW | {"before_submit"}:
+        assert scenario.lost, scenario.final
+        assert scenario.tries[1].decision == "recover_from_intent"
+    else:
+        assert scenario.result_correct
+
+
+def test_a_failed_job_is_resubmitted_with_a_new_token(env: Env, jobs: JobSystem) -> None:
+    scenario = run_scenario(
+        env, jobs, SYSTEMS["client-token"], kill_at="during_poll", fail_first=True
+    )
+    decisions = [t.decision for t in scenario.tries]
+    assert decisions[1] == "reconnect" or decisions[1] == "terminal_resubmit"
+    assert "terminal_resubmit" in decisions
+    assert [state for _, state in scenario.jobs] == ["FAILED", "SUCCEEDED"]
+    tokens = [s.token for s in jobs.submissions_for(scenario.logical)]
+    assert len(set(tokens)) == 2
+    assert scenario.result_correct
+
+
+def test_two_kills_in_a_row(env: Env, jobs: JobSystem) -> None:
+    scenario = run_scenario(env, jobs, SYSTEMS["client-token"], kill_at="after_accept", kills=2)
+    assert [t.killed_at for t in scenario.tries[:2]] == ["after_accept", "after_accept"]
+    assert scenario.working_jobs == 1
+    assert scenario.result_correct
+
+
+def test_random_time_kills_smoke(env: Env, jobs: JobSystem) -> None:
+    """A few random-moment kills (the bench runs 500): never a second working job."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(6):
+        scenario = run_scenario(
+            env, jobs, SYSTEMS["client-token"], kill_after=rng.uniform(0.0, 0.08)
+        )
+        assert scenario.working_jobs == 1
+        assert scenario.result_correct
+
+
+@pytest.mark.parametrize("kill_at", ["after_accept", "before_persist", "during_poll"])
+def test_airflow_332_baseline_duplicates_in_the_window_and_loses_the_result(
+    env: Env, jobs: JobSystem, kill_at: str
+) -> None:
+    """What we fix, measured on a step-for-step copy of Airflow 3.3.2's algorithm: a kill in
+    the submit→persist window runs the job twice; a reconnect returns None, not the result."""
+    scenario = run_scenario(env, jobs, SYSTEMS["airflow-3.3.2"], kill_at=kill_at)
+    if kill_at == "during_poll":
+        assert scenario.working_jobs == 1
+        if scenario.tries[1].decision == "reconnect":
+            assert scenario.final.result is None
+    else:
+        assert scenario.working_jobs == 2
+        assert scenario.result_correct
