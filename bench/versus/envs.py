@@ -13,6 +13,7 @@ import hashlib
 import os
 import secrets
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -44,11 +45,15 @@ def _locked(*names: str) -> list[str]:
     return [f"{name}=={pins[name].strip()}" for name in names]
 
 
-def pinned_env(version: str, *, taskstate: bool, postgres: bool = False) -> Path:
+def pinned_env(
+    version: str, *, taskstate: bool, postgres: bool = False, airflow_postgres: bool = False
+) -> Path:
     """The bench's own env for `version` (built once per lock), with or without taskstate.
 
     `postgres` adds our PostgreSQL driver, at the versions of requirements/dev.lock (the pinned
-    Airflow locks carry none).
+    Airflow locks carry none); `airflow_postgres` adds the driver Airflow's own metadata
+    database needs on PostgreSQL (psycopg2; only for Airflow 2, which refuses the
+    LocalExecutor on SQLite).
     """
     root = ENVS / ("with-taskstate" if taskstate else "airflow-only")
     out = subprocess.run(
@@ -65,6 +70,11 @@ def pinned_env(version: str, *, taskstate: bool, postgres: bool = False) -> Path
         drivers = _locked("psycopg", "psycopg-binary", "psycopg-pool")
         subprocess.run(
             [str(UV), "pip", "install", "--quiet", "--python", python, *drivers], check=True
+        )
+    if airflow_postgres:
+        subprocess.run(
+            [str(UV), "pip", "install", "--quiet", "--python", python, "psycopg2-binary"],
+            check=True,
         )
     if taskstate:
         subprocess.run(
@@ -97,6 +107,7 @@ class Side:
     airflow: str  # pinned env version, e.g. "3.3"
     taskstate: bool
     backend: str = "sqlite"  # taskstate backend: "sqlite" (embedded) or "postgresql"
+    metadata: str = "sqlite"  # Airflow's metadata database
     env: Path = field(default=Path())
 
     @property
@@ -105,14 +116,24 @@ class Side:
 
     def prepare(self) -> None:
         self.env = pinned_env(
-            self.airflow, taskstate=self.taskstate, postgres=self.backend == "postgresql"
+            self.airflow,
+            taskstate=self.taskstate,
+            postgres=self.backend == "postgresql",
+            airflow_postgres=self.metadata == "postgresql",
         )
 
 
 class AirflowHome:
-    """A throwaway AIRFLOW_HOME with the bench DAGs and its own SQLite metadata database."""
+    """A throwaway AIRFLOW_HOME with the bench DAGs and its own metadata database (a SQLite
+    file, or the PostgreSQL server at `metadata_url`); B's state goes to `server_url` when its
+    backend is PostgreSQL, else to `taskstate.db` in the home."""
 
-    def __init__(self, side: Side, root: Path, taskstate_url: str | None = None) -> None:
+    def __init__(
+        self,
+        side: Side,
+        root: Path,
+        server_url: str | None = None,
+    ) -> None:
         self.side = side
         self.root = root
         shutil.rmtree(root, ignore_errors=True)
@@ -131,9 +152,16 @@ class AirflowHome:
             "PATH": f"{side.env / 'bin'}:{os.environ.get('PATH', '')}",
             "PYTHONUNBUFFERED": "1",
         }
-        self.taskstate_url = taskstate_url
-        if taskstate_url:
-            self.env["AIRFLOW__STATE_STORE__TASKSTATE_URL"] = taskstate_url
+        self.metadata_url = None
+        if side.metadata == "postgresql" and server_url:
+            self.metadata_url = server_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.metadata_url
+        self.taskstate_url = server_url if side.backend == "postgresql" else None
+        if side.taskstate:
+            # Explicit: with a PostgreSQL metadata DB our default would follow it there.
+            url = self.taskstate_url or f"sqlite:///{self.taskstate_db}"
+            self.env["AIRFLOW__STATE_STORE__TASKSTATE_URL"] = url
+        if self.taskstate_url:
             # A server backend is never migrated implicitly: the admin's step, done once.
             subprocess.run(
                 [str(side.env / "bin" / "taskstate"), "db", "migrate"],
@@ -146,6 +174,17 @@ class AirflowHome:
     @property
     def taskstate_db(self) -> Path:
         return self.root / "taskstate.db"
+
+    def query(self, sql: str, *params: object) -> list[tuple[object, ...]]:
+        """Read Airflow's metadata database (`?` placeholders)."""
+        if self.metadata_url:
+            import psycopg
+
+            url = self.metadata_url.replace("+psycopg2", "")
+            with psycopg.connect(url) as conn:
+                return list(conn.execute(sql.replace("?", "%s"), params).fetchall())
+        with sqlite3.connect(self.db, timeout=30) as conn:
+            return conn.execute(sql, params).fetchall()
 
     def command(self, *args: str) -> list[str]:
         return [str(self.side.env / "bin" / "python"), "-m", "airflow", *args]

@@ -25,7 +25,7 @@ EXPECTED = {
         "46:12 TS105",
     ],
     "xcom.py": ["11:9 TS201", "18:5 TS202", "38:5 TS202"],
-    "submit_poll.py": ["11:15 TS301", "19:15 TS303", "22:5 TS302"],
+    "submit_poll.py": ["14:9 TS301", "19:69 TS303", "22:5 TS302"],
     "mixin.py": [
         "11:5 TS401",
         "19:1 TS402",
@@ -35,6 +35,7 @@ EXPECTED = {
         "43:35 TS403",
         "44:35 TS405",
         "45:62 TS406",
+        "57:5 TS407",
     ],
     "store_calls.py": [
         "14:37 TS501",
@@ -43,10 +44,11 @@ EXPECTED = {
         "17:56 TS501",
         "18:26 TS502",
         "19:5 TS506",
-        "25:5 TS503",
-        "26:5 TS504",
-        "31:5 TS504",
-        "36:12 TS505",
+        "21:40 TS501",
+        "27:5 TS503",
+        "28:5 TS504",
+        "33:5 TS504",
+        "38:12 TS505",
     ],
     "timestamps.py": ["11:32 TS601", "12:12 TS601"],
     "skill_after.py": [],
@@ -258,3 +260,17 @@ def test_a_classic_operator_mapped_over_a_callable_counts_as_mapped() -> None:
         ".expand(op_args=[[1], [2]])\n"
     )
     assert [c for c, _, _ in lint_text(text)] == ["TS503"]
+
+
+def test_xcom_argument_positions_of_task_instance_and_base_operator() -> None:
+    text = (
+        "class Op(BaseOperator):\n"
+        "    def execute(self, context):\n"
+        "        seen = self.xcom_pull(context, key='cursor_pos')\n"
+        "        self.xcom_push(context, 'cursor_pos', 5)\n"
+        "@task\n"
+        "def t(ti=None):\n"
+        "    ti.xcom_pull('upstream', 'other_dag', 'offset')  # another task's value\n"
+        "    ti.xcom_push('offset', 1)\n"
+    )
+    assert [c for c, _, _ in lint_text(text)] == ["TS201"]

@@ -76,7 +76,11 @@ def _finding(finding: Finding, explained: set[str]) -> str:
 def _summary(results: list[FileResult], version: AirflowVersion) -> str:
     findings = [f for r in results for f in r.findings]
     files = len(results)
-    advice = f"advice for Airflow {version.label} ({version.source})"
+    advice = (
+        f"advice for Airflow {version.label} ({version.source})"
+        if version.parts
+        else "advice for any Airflow version (none installed here: say --airflow-version)"
+    )
     if not findings:
         return click.style(f"No findings in {files} file(s); {advice}.", fg="green")
     counts = Counter(f.severity for f in findings)
@@ -96,4 +100,6 @@ def _summary(results: list[FileResult], version: AirflowVersion) -> str:
     unparsed = sum(1 for r in results if r.parse_error)
     if unparsed:
         text += f" {unparsed} file(s) could not be parsed."
-    return click.style(text, bold=True)
+    by_code = Counter(f.code for f in findings)
+    per_code = ", ".join(f"{code} ×{n}" for code, n in sorted(by_code.items()))
+    return click.style(text, bold=True) + f"\nBy code: {per_code}"

@@ -63,7 +63,7 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
                 continue
             method = callee.attr
             if method in ("set", "aset"):
-                yield from _value(src, ctx, call, callee)
+                yield from _value(src, ctx, func, call, callee)
                 if kind.store == _TASK:
                     yield from _job_id_retention(src, ctx, call)
             if method in _KEY_METHODS:
@@ -137,16 +137,26 @@ def _kind(node: ast.expr, bindings: dict[str, _Kind]) -> _Kind | None:
 
 
 # --- TS501: values that are not JSON ----------------------------------------------------------
-def _value(src: Source, ctx: Context, call: ast.Call, callee: ast.Attribute) -> Iterator[Finding]:
+def _value(
+    src: Source, ctx: Context, func: Function, call: ast.Call, callee: ast.Attribute
+) -> Iterator[Finding]:
     value = argument(call, 1, "value")
     if value is None:
         return
     bad = _non_json(src, value, "")
+    origin = ""
+    if bad is None and isinstance(value, ast.Name):
+        # `now = datetime.now(...)` ... `.set("at", now)`: follow a name bound exactly once
+        bound = _single_assignment(func, value.id)
+        found = _non_json(src, bound, "") if bound is not None else None
+        if bound is not None and found is not None and found[0] is bound:
+            bad = (value, found[1], "")
+            origin = f" ({value.id} = {src.segment(bound)})"
     if bad is None:
         return
     node, what, path = bad
     replacement = _json_replacement(src, node, what)
-    where = f"{what} at value{path}" if path else what
+    where = (f"{what} at value{path}" if path else what) + origin
     yield ctx.finding(
         src,
         "TS501",
@@ -157,6 +167,21 @@ def _value(src: Source, ctx: Context, call: ast.Call, callee: ast.Attribute) -> 
         before=src.lines_of(call),
         after=src.lines_with(node, replacement) if replacement else _NONE_AFTER,
     )
+
+
+def _single_assignment(func: Function, name: str) -> ast.expr | None:
+    """The value of `name = value` when that is the only place the function binds `name`."""
+    stores = [
+        node
+        for node in ast.walk(func.node)
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load)
+    ]
+    if len(stores) != 1 or name in func.param_names():
+        return None
+    for assign in func.assigns:
+        if len(assign.targets) == 1 and assign.targets[0] is stores[0]:
+            return assign.value
+    return None
 
 
 _NONE_AFTER = (

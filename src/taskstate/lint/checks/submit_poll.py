@@ -59,7 +59,7 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
                 yield ctx.finding(
                     src,
                     "TS301",
-                    call,
+                    kw,  # at the keyword: where the change (or a noqa) goes
                     operator=name or "this call",
                     param=param,
                     sensor_note=note,
@@ -77,7 +77,7 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
                 yield ctx.finding(
                     src,
                     "TS303",
-                    call,
+                    deferrable,
                     operator=name,
                     before=src.excerpt(call, deferrable),
                     after=src.excerpt(call, deferrable, text),
