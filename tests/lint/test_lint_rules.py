@@ -260,3 +260,17 @@ def test_a_classic_operator_mapped_over_a_callable_counts_as_mapped() -> None:
         ".expand(op_args=[[1], [2]])\n"
     )
     assert [c for c, _, _ in lint_text(text)] == ["TS503"]
+
+
+def test_xcom_argument_positions_of_task_instance_and_base_operator() -> None:
+    text = (
+        "class Op(BaseOperator):\n"
+        "    def execute(self, context):\n"
+        "        seen = self.xcom_pull(context, key='cursor_pos')\n"
+        "        self.xcom_push(context, 'cursor_pos', 5)\n"
+        "@task\n"
+        "def t(ti=None):\n"
+        "    ti.xcom_pull('upstream', 'other_dag', 'offset')  # another task's value\n"
+        "    ti.xcom_push('offset', 1)\n"
+    )
+    assert [c for c, _, _ in lint_text(text)] == ["TS201"]
