@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import shutil
 import sys
@@ -177,7 +178,8 @@ def _save(path: Path, side: str, record: dict[str, Any]) -> None:
     lock, so concurrent runs of different sides both land."""
     import fcntl
 
-    lock_path = Path(tempfile.gettempdir()) / f"versus-{abs(hash(str(path.resolve())))}.lock"
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    lock_path = Path(tempfile.gettempdir()) / f"versus-{key}.lock"
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = json.loads(path.read_text()) if path.exists() else {"sides": {}}
