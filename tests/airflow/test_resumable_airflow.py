@@ -64,6 +64,7 @@ def test_both_class_orders_construct_and_honour_durable(probe: dict[str, Any], c
     if cls != "SkillOrder" and cls != "MixinFirst":  # mapped: an argument to expand over
         assert case["partial"] is False
         assert case["partial_dag_default_args"] is False
+        assert case["partial_task_default_args"] is False
 
 
 @pytest.mark.parametrize("cls", CLASSES)
