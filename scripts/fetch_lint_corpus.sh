@@ -12,6 +12,7 @@ PIP=${PIP:-.venv/bin/pip}
 if [ -f "$DEST/.complete" ]; then exit 0; fi
 WHEELS=(
   apache-airflow-core==3.3.2
+  apache-airflow==2.10.5
   apache-airflow-providers-standard==1.21.0
   apache-airflow-providers-common-sql==2.4.0
 )
@@ -55,13 +56,13 @@ def write(dist: str, name: str, data: bytes) -> None:
     out.write_bytes(data)
     count += 1
 for whl in sorted((dl / "wheels").glob("*.whl")):
-    dist = whl.name.split("-")[0]
+    dist = "-".join(whl.name.split("-")[:2])
     with zipfile.ZipFile(whl) as zf:
         for name in zf.namelist():
             if keep(name):
                 write(dist, name, zf.read(name))
 for sdist in sorted((dl / "sdists").glob("*.tar.gz")):
-    dist = sdist.name.rsplit("-", 1)[0] + "-sdist"
+    dist = sdist.name.removesuffix(".tar.gz") + "-sdist"
     with tarfile.open(sdist) as tf:
         for member in tf.getmembers():
             name = member.name.split("/", 1)[1] if "/" in member.name else member.name

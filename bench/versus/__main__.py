@@ -11,15 +11,18 @@ its own pinned environment (scripts/airflow-env.sh).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from versus.envs import REPO, AirflowHome, Side, log
-from versus.report import Section, render
+from versus.report import Section, commit, render
 from versus.workloads import Runs, Skipped, cleanup, crash, etl, mapped, per_op, per_op_scheduler
 
 Workload = Callable[[AirflowHome, int, int, Path, dict[str, str]], Runs]
@@ -41,7 +44,7 @@ WORKLOADS: dict[str, tuple[Workload, int, int, str, str]] = {
         "1b. Per-op latency under a real scheduler + LocalExecutor",
         "Workload 1 as production runs it: triggered DAG runs executed by a real "
         "scheduler with the LocalExecutor (Airflow 3: plus dag-processor and api-server, "
-        "all on 127.0.0.1, SQLite metadata database); N = {n:,}.",
+        "all on 127.0.0.1; metadata database per side above); N = {n:,}.",
     ),
     "etl": (
         etl,
@@ -87,8 +90,10 @@ WORKLOADS: dict[str, tuple[Workload, int, int, str, str]] = {
 SIDES = {
     "A": Side("A: Airflow 3.3.2 native", "3.3", taskstate=False),
     "B-3.2": Side("B: taskstate on Airflow 3.2, SQLite", "3.2", taskstate=True),
-    "B-2.11": Side("B: taskstate on Airflow 2.11, SQLite", "2.11", taskstate=True),
+    "B-2.11": Side("B: taskstate on Airflow 2.11, SQLite", "2.11", True, metadata="postgresql"),
+    "B-3.2-pg": Side("B: taskstate on Airflow 3.2, PostgreSQL", "3.2", True, "postgresql"),
 }
+POSTGRES_HARNESS = REPO / "tests" / "postgres_server.py"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -112,47 +117,92 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
     work = Path(tempfile.mkdtemp(prefix="taskstate-versus-"))
     output = args.output or (work / "RESULTS.md" if args.smoke else REPO / "bench" / "RESULTS.md")
-    started = time.perf_counter()
-    sections = {}
-    for name in chosen:
-        _, full_n, smoke_n, title, note = WORKLOADS[name]
-        sections[name] = Section(
-            title, note.format(n=smoke_n if args.smoke else full_n), crash=name == "crash"
-        )
-    meta_sides = {}
+    # Raw figures per side, kept next to the report, so sides measured in separate runs
+    # (`--sides`) still make one report; each side says when and at which commit it ran.
+    data_path = output.with_suffix(".json")
+    data = json.loads(data_path.read_text()) if data_path.exists() else {"sides": {}}
+    stack = contextlib.ExitStack()
     try:
         for side in sides:
             log(f"== {side.name}")
+            url = None
+            if "postgresql" in (side.backend, side.metadata):
+                if not POSTGRES_HARNESS.exists():
+                    log(f"skipping {side.name}: no {POSTGRES_HARNESS}")
+                    continue
+                url = stack.enter_context(_postgres()).url
             side.prepare()
-            home = AirflowHome(side, work / side.airflow / "home")
-            meta_sides[side.name] = _describe(side)
+            home = AirflowHome(side, work / f"{side.airflow}-{side.backend}" / "home", url)
+            record = data["sides"].setdefault(side.name, {"workloads": {}})
+            record.update(
+                describe=_describe(side),
+                commit=commit(),
+                runs=runs,
+                smoke=args.smoke,
+                measured=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            )
             for name in chosen:
                 function, full_n, smoke_n, *_ = WORKLOADS[name]
+                n = smoke_n if args.smoke else full_n
                 log(f"{name} on {side.name}")
                 stores: dict[str, str] = {}
+                entry: dict[str, Any] = {"n": n, "stores": stores}
                 try:
-                    result = function(home, smoke_n if args.smoke else full_n, runs, work, stores)
+                    entry["results"] = function(home, n, runs, work, stores)
                 except Skipped as why:
-                    sections[name].skipped[side.name] = str(why)
-                    continue
-                sections[name].results[side.name] = result
-                sections[name].stores[side.name] = stores
+                    entry["skipped"] = str(why)
+                record["workloads"][name] = entry
+                data_path.write_text(json.dumps(data, indent=1) + "\n")
+            stack.close()  # this side's PostgreSQL server, if any
     finally:
-        meta = {
-            "smoke": args.smoke,
-            "runs": runs,
-            "elapsed": time.perf_counter() - started,
-            "sides": meta_sides,
-        }
-        text = render(list(sections.values()), meta, baseline=SIDES["A"].name)
+        stack.close()
+        text = render(_sections(data), data["sides"], baseline=SIDES["A"].name)
         output.write_text(text + "\n")
         print(text)
-        log(f"report written to {output}")
+        log(f"report written to {output} (raw figures: {data_path})")
         if args.keep or args.smoke:
             log(f"work dir kept: {work}")
         else:
             shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _sections(data: dict[str, Any]) -> list[Section]:
+    """One section per workload, sides in the order of SIDES."""
+    order = [s.name for s in SIDES.values()]
+    sides = sorted(data["sides"].items(), key=lambda kv: order.index(kv[0]))
+    sections = []
+    for name, (_, full_n, _, title, note) in WORKLOADS.items():
+        entries = [
+            (side, rec["workloads"][name]) for side, rec in sides if name in rec["workloads"]
+        ]
+        if not entries:
+            continue
+        sizes = sorted({entry["n"] for _, entry in entries})
+        section = Section(title, note.format(n=sizes[-1]), crash=name == "crash")
+        if sizes != [full_n]:
+            section.note += f" **N differs from the full run's {full_n:,}: {sizes}.**"
+        for side, entry in entries:
+            if "skipped" in entry:
+                section.skipped[side] = entry["skipped"]
+            else:
+                section.results[side] = entry["results"]
+                section.stores[side] = entry["stores"]
+        sections.append(section)
+    return sections
+
+
+def _postgres() -> Any:
+    """A throwaway server from the tests' harness (127.0.0.1, free port, removed after)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("versus_postgres_server", POSTGRES_HARNESS)
+    if spec is None or spec.loader is None:
+        raise RuntimeError(f"cannot load {POSTGRES_HARNESS}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module.running_server()
 
 
 def _describe(side: Side) -> str:
@@ -176,7 +226,9 @@ def _describe(side: Side) -> str:
         capture_output=True,
         text=True,
     )
-    return f"`{side.env}`: {out.stdout.strip() or out.stderr.strip()[-200:]}"
+    versions = out.stdout.strip() or out.stderr.strip()[-200:]
+    metadata = {"sqlite": "SQLite", "postgresql": "PostgreSQL (psycopg2)"}[side.metadata]
+    return f"{versions} | Airflow metadata DB: {metadata} | env `{side.env}`"
 
 
 if __name__ == "__main__":

@@ -1,17 +1,19 @@
 """Python environments and Airflow homes for the comparison.
 
 Each side gets its own copy of a pinned environment, built by scripts/airflow-env.sh from the
-same lock file but under a bench-only root: the shared envs are used by the test suite (which
-installs other checkouts of taskstate into them), and environment A must hold no taskstate at
-all. Environment B gets the current checkout installed, not editable: a bench measures one
-snapshot.
+same lock file under a bench-only root per checkout: the shared envs are used by the test
+suite (which installs other checkouts of taskstate into them), and environment A must hold no
+taskstate at all. Environment B gets this checkout installed, not editable: a bench measures
+one snapshot.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import secrets
 import shutil
+import sqlite3
 import subprocess
 import sys
 import time
@@ -21,15 +23,38 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 UV = REPO / ".venv" / "bin" / "uv"
 DAGS = Path(__file__).resolve().parent / "dags"
-ENVS = Path(os.environ.get("VERSUS_ENVS", Path.home() / ".cache" / "taskstate" / "versus-envs"))
+# One root per checkout: each installs its own taskstate into B, and two worktrees sharing an
+# env would measure each other's code.
+_CHECKOUT = f"{REPO.name}-{hashlib.sha256(str(REPO).encode()).hexdigest()[:8]}"
+ENVS = Path(
+    os.environ.get("VERSUS_ENVS") or Path.home() / ".cache/taskstate/versus-envs" / _CHECKOUT
+)
 
 
 def log(message: str) -> None:
     print(f"[versus {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def pinned_env(version: str, *, taskstate: bool) -> Path:
-    """The bench's own env for `version` (built once per lock), with or without taskstate."""
+def _locked(*names: str) -> list[str]:
+    """`name==version` for each name as pinned in requirements/dev.lock."""
+    pins = dict(
+        line.split("==", 1)
+        for line in (REPO / "requirements" / "dev.lock").read_text().splitlines()
+        if "==" in line and not line.startswith((" ", "#"))
+    )
+    return [f"{name}=={pins[name].strip()}" for name in names]
+
+
+def pinned_env(
+    version: str, *, taskstate: bool, postgres: bool = False, airflow_postgres: bool = False
+) -> Path:
+    """The bench's own env for `version` (built once per lock), with or without taskstate.
+
+    `postgres` adds our PostgreSQL driver, at the versions of requirements/dev.lock (the pinned
+    Airflow locks carry none); `airflow_postgres` adds the driver Airflow's own metadata
+    database needs on PostgreSQL (psycopg2; only for Airflow 2, which refuses the
+    LocalExecutor on SQLite).
+    """
     root = ENVS / ("with-taskstate" if taskstate else "airflow-only")
     out = subprocess.run(
         ["bash", str(REPO / "scripts" / "airflow-env.sh"), version],
@@ -41,6 +66,16 @@ def pinned_env(version: str, *, taskstate: bool) -> Path:
     ).stdout
     env = Path(out.strip().splitlines()[-1])
     python = str(env / "bin" / "python")
+    if postgres:
+        drivers = _locked("psycopg", "psycopg-binary", "psycopg-pool")
+        subprocess.run(
+            [str(UV), "pip", "install", "--quiet", "--python", python, *drivers], check=True
+        )
+    if airflow_postgres:
+        subprocess.run(
+            [str(UV), "pip", "install", "--quiet", "--python", python, "psycopg2-binary"],
+            check=True,
+        )
     if taskstate:
         subprocess.run(
             [
@@ -72,6 +107,7 @@ class Side:
     airflow: str  # pinned env version, e.g. "3.3"
     taskstate: bool
     backend: str = "sqlite"  # taskstate backend: "sqlite" (embedded) or "postgresql"
+    metadata: str = "sqlite"  # Airflow's metadata database
     env: Path = field(default=Path())
 
     @property
@@ -79,13 +115,25 @@ class Side:
         return int(self.airflow.split(".")[0])
 
     def prepare(self) -> None:
-        self.env = pinned_env(self.airflow, taskstate=self.taskstate)
+        self.env = pinned_env(
+            self.airflow,
+            taskstate=self.taskstate,
+            postgres=self.backend == "postgresql",
+            airflow_postgres=self.metadata == "postgresql",
+        )
 
 
 class AirflowHome:
-    """A throwaway AIRFLOW_HOME with the bench DAGs and its own SQLite metadata database."""
+    """A throwaway AIRFLOW_HOME with the bench DAGs and its own metadata database (a SQLite
+    file, or the PostgreSQL server at `metadata_url`); B's state goes to `server_url` when its
+    backend is PostgreSQL, else to `taskstate.db` in the home."""
 
-    def __init__(self, side: Side, root: Path, taskstate_url: str | None = None) -> None:
+    def __init__(
+        self,
+        side: Side,
+        root: Path,
+        server_url: str | None = None,
+    ) -> None:
         self.side = side
         self.root = root
         shutil.rmtree(root, ignore_errors=True)
@@ -104,13 +152,39 @@ class AirflowHome:
             "PATH": f"{side.env / 'bin'}:{os.environ.get('PATH', '')}",
             "PYTHONUNBUFFERED": "1",
         }
-        if taskstate_url:
-            self.env["AIRFLOW__STATE_STORE__TASKSTATE_URL"] = taskstate_url
+        self.metadata_url = None
+        if side.metadata == "postgresql" and server_url:
+            self.metadata_url = server_url.replace("postgresql://", "postgresql+psycopg2://", 1)
+            self.env["AIRFLOW__DATABASE__SQL_ALCHEMY_CONN"] = self.metadata_url
+        self.taskstate_url = server_url if side.backend == "postgresql" else None
+        if side.taskstate:
+            # Explicit: with a PostgreSQL metadata DB our default would follow it there.
+            url = self.taskstate_url or f"sqlite:///{self.taskstate_db}"
+            self.env["AIRFLOW__STATE_STORE__TASKSTATE_URL"] = url
+        if self.taskstate_url:
+            # A server backend is never migrated implicitly: the admin's step, done once.
+            subprocess.run(
+                [str(side.env / "bin" / "taskstate"), "db", "migrate"],
+                env=self.env,
+                check=True,
+                capture_output=True,
+            )
         self.airflow("db", "migrate")
 
     @property
     def taskstate_db(self) -> Path:
         return self.root / "taskstate.db"
+
+    def query(self, sql: str, *params: object) -> list[tuple[object, ...]]:
+        """Read Airflow's metadata database (`?` placeholders)."""
+        if self.metadata_url:
+            import psycopg
+
+            url = self.metadata_url.replace("+psycopg2", "")
+            with psycopg.connect(url) as conn:
+                return list(conn.execute(sql.replace("?", "%s"), params).fetchall())
+        with sqlite3.connect(self.db, timeout=30) as conn:
+            return conn.execute(sql, params).fetchall()
 
     def command(self, *args: str) -> list[str]:
         return [str(self.side.env / "bin" / "python"), "-m", "airflow", *args]

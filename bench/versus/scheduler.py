@@ -10,7 +10,6 @@ import json
 import os
 import signal
 import socket
-import sqlite3
 import subprocess
 import time
 import urllib.request
@@ -113,8 +112,7 @@ class Deployment:
             time.sleep(1)
 
     def _query(self, sql: str, *params: object) -> list[tuple[Any, ...]]:
-        with sqlite3.connect(self.home.db, timeout=30) as conn:
-            return conn.execute(sql, params).fetchall()
+        return self.home.query(sql, *params)
 
     def run(self, dag_id: str, tasks: int = 1, timeout: float = 900) -> list[dict[str, Any]]:
         """Trigger one run of `dag_id`, wait for it to finish, return its tasks' reports."""

@@ -217,3 +217,17 @@ def test_taskstate_clean_sweeps_orphans(tmp_path: Path) -> None:
     with StateStore(settings=settings) as s:
         assert s.task_state(SCOPE).get("kept") == BIG
     assert len([p for p in (tmp_path / "objects").rglob("*") if p.is_file()]) == 1
+
+
+@pytest.mark.postgres
+def test_offload_with_postgres_rows(tmp_path: Path, fresh_postgres_url: str) -> None:
+    offload = OffloadBackend(f"file://{tmp_path}/objects", threshold=1000, compression="gzip")
+    with StateStore(fresh_postgres_url, settings=Settings(), worker_backend=offload) as s:
+        s.backend.migrate()
+        accessor = s.task_state(SCOPE)
+        accessor.set("big", BIG)
+        accessor.set("small", [1])
+        assert accessor.items() == [("big", BIG), ("small", [1])]
+        assert len(objects(offload)) == 1
+        accessor.clear()
+        assert objects(offload) == []

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
@@ -214,3 +216,62 @@ def test_scan_pages_through_more_rows_than_one_page(backend_url: PostgresBackend
         )
     assert [(r.namespace, r.key) for r in backend.scan("dag/")] == expected
     assert len(list(backend.scan())) == 2401
+
+
+def test_a_connection_lost_during_commit_is_reported_not_retried(fresh_postgres_url: str) -> None:
+    backend = PostgresBackend(fresh_postgres_url)
+    backend.migrate()
+    backend.set("ns", "boom", "1", None, NOW)
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as admin:
+        # A deferred trigger runs inside COMMIT: it kills its own session right there.
+        admin.execute(
+            "CREATE FUNCTION die_in_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5); "
+            "RETURN NULL; END $$"
+        )
+        admin.execute(
+            "CREATE CONSTRAINT TRIGGER die_in_commit AFTER UPDATE ON taskstate_entries "
+            "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION die_in_commit()"
+        )
+    calls = []
+
+    def incr(entry: Entry | None) -> tuple[Entry | None, None]:
+        calls.append(entry)
+        return Entry(str(int(entry.value) + 1 if entry else 0), None), None
+
+    with pytest.raises(BackendUnavailableError, match="may or may not have been applied"):
+        backend.transact("ns", "boom", incr, NOW)
+    assert len(calls) == 1  # never re-run: a second increment could have applied twice
+    assert backend.get("ns", "boom") == Entry("1", None)  # (here the server had rolled it back)
+    backend.close()
+
+
+def test_airflows_postgres_metadata_db_is_the_default(postgres_url: str, tmp_path: Path) -> None:
+    conn = postgres_url.replace("postgresql://", "postgresql+psycopg2://")
+    settings = Settings.load(
+        {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": conn, "AIRFLOW_HOME": str(tmp_path)}
+    )
+    with StateStore(settings=settings) as store:
+        assert isinstance(store.backend, PostgresBackend)
+        store.backend.migrate()
+        store.task_state(TaskScope("d", "r", "t")).set("k", [1])
+    with psycopg.connect(postgres_url) as pg:
+        row = pg.execute("SELECT value FROM taskstate_entries WHERE key = 'k'").fetchone()
+    assert row == ("[1]",)
+
+
+def test_cli_db_migrate_and_check_on_postgres(fresh_postgres_url: str) -> None:
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        cmd = [sys.executable, "-m", "taskstate", "--url", fresh_postgres_url, *args]
+        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+
+    scope = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
+    before = run("task", "set", *scope, "k", "1")
+    assert before.returncode != 0
+    assert "taskstate db migrate" in before.stderr
+    assert "Traceback" not in before.stderr
+    assert run("db", "check").returncode == 1
+    assert "applied 1" in run("db", "migrate").stdout
+    assert run("db", "check").returncode == 0
+    assert run("task", "set", *scope, "k", "1").returncode == 0
+    assert run("task", "get", *scope, "k").stdout.strip() == "1"

@@ -13,6 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from taskstate.lint.command import lint
+from taskstate.lint.rules import RULES
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -284,3 +285,66 @@ def test_linting_never_imports_airflow_or_the_dag(project: Path) -> None:
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().endswith("exit 1")
+
+
+def test_a_file_that_is_not_utf8_is_reported_not_a_crash(project: Path) -> None:
+    (project / "latin.py").write_bytes(b"# caf\xe9\nx = 1\n")
+    code, out = run("--format", "json", "latin.py", cwd=project)
+    assert code == 2
+    (finding,) = json.loads(out)["findings"]
+    assert finding["code"] == "TS901" and "not UTF-8" in finding["message"]
+
+
+def test_fix_keeps_crlf_line_endings(project: Path) -> None:
+    path = project / "win.py"
+    path.write_bytes(b"import os\r\nfrom datetime import datetime\r\nx = datetime.utcnow()\r\n")
+    assert run("--fix", "win.py", cwd=project)[0] == 0
+    assert path.read_bytes() == (
+        b"import os\r\nfrom datetime import datetime\r\nfrom datetime import timezone\r\n"
+        b"x = datetime.now(tz=timezone.utc)\r\n"
+    )
+
+
+def test_an_unwritable_report_path_is_a_usage_error(project: Path) -> None:
+    write(project / "ok.py", CLEAN)
+    code, out = run("-o", "missing-dir/report.txt", "ok.py", cwd=project)
+    assert code == 2
+    assert "cannot write the report" in out
+
+
+def test_form_feeds_do_not_shift_lines_or_fixes(project: Path) -> None:
+    text = "from datetime import datetime\n\x0c\nx = 1  # a\x0cb\ny = datetime.utcnow()\n"
+    path = write(project / "ff.py", text)
+    _, out = run("--format", "json", "ff.py", cwd=project)
+    assert codes_from_json(out) == ["4 TS601"]
+    assert run("--fix", "ff.py", cwd=project)[0] == 0
+    assert path.read_text() == (
+        "from datetime import datetime\nfrom datetime import timezone\n\x0c\n"
+        "x = 1  # a\x0cb\ny = datetime.now(tz=timezone.utc)\n"
+    )
+
+
+def test_info_findings_are_shown_but_do_not_fail_the_run(project: Path) -> None:
+    write(
+        project / "dag.py",
+        "from airflow.sdk import task\n@task\ndef f(task_state_store=None):\n"
+        '    task_state_store.set("job_id", "j-1")\n',
+    )
+    code, out = run("--format", "json", "dag.py", cwd=project)
+    assert code == 0
+    assert codes_from_json(out) == ["4 TS506"]
+
+
+def test_rules_lists_every_code(project: Path) -> None:
+    code, out = run("--rules", cwd=project)
+    assert code == 0
+    assert [line.split()[0] for line in out.splitlines()] == list(RULES)
+
+
+def test_pathologically_nested_code_is_reported_not_a_crash(project: Path) -> None:
+    write(project / "deep.py", "x = y" + "[0]" * 20000 + "\n")
+    write(project / "long.py", "x = 'a'" + " + 'a'" * 20000 + "\n")
+    code, out = run("--format", "json", "deep.py", "long.py", cwd=project)
+    assert code in (0, 2)  # whatever the interpreter can parse is checked, the rest reported
+    for finding in json.loads(out)["findings"]:
+        assert finding["code"] == "TS901"

@@ -25,7 +25,7 @@ EXPECTED = {
         "46:12 TS105",
     ],
     "xcom.py": ["11:9 TS201", "18:5 TS202", "38:5 TS202"],
-    "submit_poll.py": ["11:15 TS301", "19:15 TS303", "22:5 TS302"],
+    "submit_poll.py": ["14:9 TS301", "19:69 TS303", "22:5 TS302"],
     "mixin.py": [
         "11:5 TS401",
         "19:1 TS402",
@@ -35,6 +35,7 @@ EXPECTED = {
         "43:35 TS403",
         "44:35 TS405",
         "45:62 TS406",
+        "57:5 TS407",
     ],
     "store_calls.py": [
         "14:37 TS501",
@@ -43,13 +44,15 @@ EXPECTED = {
         "17:56 TS501",
         "18:26 TS502",
         "19:5 TS506",
-        "25:5 TS503",
-        "26:5 TS504",
-        "31:5 TS504",
-        "36:12 TS505",
+        "21:40 TS501",
+        "27:5 TS503",
+        "28:5 TS504",
+        "33:5 TS504",
+        "38:12 TS505",
     ],
     "timestamps.py": ["11:32 TS601", "12:12 TS601"],
     "skill_after.py": [],
+    "skill_before.py": ["8:5 TS101", "11:1 TS102", "17:9 TS103", "28:5 TS202", "33:5 TS102"],
 }
 
 
@@ -202,3 +205,72 @@ def test_readme_rule_table_lists_every_rule_with_its_severity() -> None:
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
     for rule in RULES.values():
         assert f"| `{rule.code}` | {rule.name} | {rule.severity.value} |" in readme, rule.code
+
+
+@pytest.mark.parametrize(
+    ("key", "code"),
+    [
+        ("etl_cursor", "TS101"),
+        ("orders_offset", "TS101"),
+        ("databricks_run_id", "TS101"),
+        ("page_token", "TS101"),
+        ("emr_cluster_id", "TS104"),  # a long-lived id other DAGs use: shared configuration
+        ("oauth_app_id", "TS104"),
+        ("utc_offset", "TS104"),
+        ("max_retries", "TS104"),
+        ("last_processed_at", "TS102"),
+    ],
+)
+def test_variable_keys_that_decide_between_error_and_possible(key: str, code: str) -> None:
+    text = f"from airflow.models import Variable\n@task\ndef f():\n    Variable.set({key!r}, 1)\n"
+    assert [c for c, _, _ in lint_text(text)] == [code]
+
+
+def test_read_modify_write_is_state_but_set_if_absent_is_configuration() -> None:
+    head = "from airflow.models import Variable\n@task\ndef f():\n"
+    rmw = (
+        head + "    n = Variable.get('rows_done', default_var=0)\n    total = n + 10\n"
+        "    Variable.set('rows_done', total)\n"
+    )
+    init = (
+        head + "    if Variable.get('MAGIC_VAR', default_var=None) is None:\n"
+        "        Variable.set('MAGIC_VAR', 'Hello')\n"
+    )
+    assert [c for c, _, _ in lint_text(rmw)] == ["TS101"]
+    assert [c for c, _, _ in lint_text(init)] == ["TS104"]
+
+
+def test_a_variable_written_while_the_dag_file_is_parsed_is_still_a_watermark() -> None:
+    text = (
+        "from airflow.models import Variable\n"
+        "task3 = BashOperator(task_id='t', bash_command='echo',\n"
+        "    baz=Variable.set('last_execution_date_succes', '{{ execution_date }}'))\n"
+    )
+    assert [c for c, _, _ in lint_text(text)] == ["TS102"]
+
+
+def test_a_classic_operator_mapped_over_a_callable_counts_as_mapped() -> None:
+    text = (
+        "from airflow.sdk import Asset\n"
+        "from airflow.providers.standard.operators.python import PythonOperator\n"
+        'ORDERS = Asset("orders")\n'
+        "def load(part, **context):\n"
+        '    context["asset_state_store"][ORDERS].set("offset", part)\n'
+        "PythonOperator.partial(task_id='load', python_callable=load, outlets=[ORDERS])"
+        ".expand(op_args=[[1], [2]])\n"
+    )
+    assert [c for c, _, _ in lint_text(text)] == ["TS503"]
+
+
+def test_xcom_argument_positions_of_task_instance_and_base_operator() -> None:
+    text = (
+        "class Op(BaseOperator):\n"
+        "    def execute(self, context):\n"
+        "        seen = self.xcom_pull(context, key='cursor_pos')\n"
+        "        self.xcom_push(context, 'cursor_pos', 5)\n"
+        "@task\n"
+        "def t(ti=None):\n"
+        "    ti.xcom_pull('upstream', 'other_dag', 'offset')  # another task's value\n"
+        "    ti.xcom_push('offset', 1)\n"
+    )
+    assert [c for c, _, _ in lint_text(text)] == ["TS201"]

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from taskstate.lint.command import lint
@@ -62,3 +63,157 @@ def test_sarif_levels_follow_severity_and_fixes_are_described() -> None:
     assert replacement["deletedRegion"]["startLine"] == 11
     # the fixture imports `datetime as dt`, so the fix reuses it instead of adding an import
     assert replacement["insertedContent"]["text"] == "datetime.now(tz=dt.timezone.utc)"
+
+
+# The parts of the SARIF 2.1.0 schema (OASIS sarif-schema-2.1.0.json) that code scanning reads,
+# transcribed: required properties, types and the `level` enumeration.
+_REGION = {
+    "type": "object",
+    "properties": {
+        "startLine": {"type": "integer", "minimum": 1},
+        "startColumn": {"type": "integer", "minimum": 1},
+        "endLine": {"type": "integer", "minimum": 1},
+        "endColumn": {"type": "integer", "minimum": 1},
+    },
+}
+_ARTIFACT = {
+    "type": "object",
+    "properties": {"uri": {"type": "string"}, "uriBaseId": {"type": "string"}},
+}
+_MESSAGE = {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}
+_LEVEL = {"enum": ["none", "note", "warning", "error"]}
+SARIF_SUBSET = {
+    "type": "object",
+    "required": ["version", "runs"],
+    "properties": {
+        "version": {"const": "2.1.0"},
+        "$schema": {"type": "string", "format": "uri"},
+        "runs": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "required": ["tool"],
+                "properties": {
+                    "tool": {
+                        "type": "object",
+                        "required": ["driver"],
+                        "properties": {
+                            "driver": {
+                                "type": "object",
+                                "required": ["name"],
+                                "properties": {
+                                    "name": {"type": "string"},
+                                    "version": {"type": "string"},
+                                    "rules": {
+                                        "type": "array",
+                                        "items": {
+                                            "type": "object",
+                                            "required": ["id"],
+                                            "properties": {
+                                                "id": {"type": "string"},
+                                                "name": {"type": "string"},
+                                                "shortDescription": _MESSAGE,
+                                                "fullDescription": _MESSAGE,
+                                                "help": _MESSAGE,
+                                                "defaultConfiguration": {
+                                                    "type": "object",
+                                                    "properties": {"level": _LEVEL},
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                            }
+                        },
+                    },
+                    "originalUriBaseIds": {
+                        "type": "object",
+                        "additionalProperties": _ARTIFACT,
+                    },
+                    "results": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "required": ["message"],
+                            "properties": {
+                                "ruleId": {"type": "string"},
+                                "ruleIndex": {"type": "integer", "minimum": -1},
+                                "level": _LEVEL,
+                                "message": _MESSAGE,
+                                "locations": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "properties": {
+                                            "physicalLocation": {
+                                                "type": "object",
+                                                "properties": {
+                                                    "artifactLocation": _ARTIFACT,
+                                                    "region": _REGION,
+                                                },
+                                            }
+                                        },
+                                    },
+                                },
+                                "fixes": {
+                                    "type": "array",
+                                    "items": {
+                                        "type": "object",
+                                        "required": ["artifactChanges"],
+                                        "properties": {
+                                            "description": _MESSAGE,
+                                            "artifactChanges": {
+                                                "type": "array",
+                                                "minItems": 1,
+                                                "items": {
+                                                    "type": "object",
+                                                    "required": [
+                                                        "artifactLocation",
+                                                        "replacements",
+                                                    ],
+                                                    "properties": {
+                                                        "artifactLocation": _ARTIFACT,
+                                                        "replacements": {
+                                                            "type": "array",
+                                                            "minItems": 1,
+                                                            "items": {
+                                                                "type": "object",
+                                                                "required": ["deletedRegion"],
+                                                                "properties": {
+                                                                    "deletedRegion": _REGION,
+                                                                    "insertedContent": {
+                                                                        "type": "object",
+                                                                        "properties": {
+                                                                            "text": {
+                                                                                "type": "string"
+                                                                            }
+                                                                        },
+                                                                    },
+                                                                },
+                                                            },
+                                                        },
+                                                    },
+                                                },
+                                            },
+                                        },
+                                    },
+                                },
+                                "properties": {"type": "object"},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
+
+
+def test_sarif_validates_against_the_schema_subset() -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    doc = sarif_for("variables.py", "timestamps.py", "mixin.py", "store_calls.py")
+    jsonschema.validate(doc, SARIF_SUBSET)
+    broken = json.loads(json.dumps(doc))
+    broken["runs"][0]["results"][0]["level"] = "fatal"
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, SARIF_SUBSET)

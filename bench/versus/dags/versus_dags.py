@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 import uuid
 from datetime import timedelta
@@ -214,6 +215,7 @@ def _job_system() -> Any:
     path = os.environ["VERSUS_JOBSYSTEM"]
     spec = importlib.util.spec_from_file_location("versus_jobsystem", path)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    sys.modules[spec.name] = module  # dataclasses look their module up
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
 

@@ -205,7 +205,7 @@ class PostgresBackend(StateBackend):
         self._connect_timeout_s = connect_timeout_s
         self._pool_obj: ConnectionPool[_Connection] | None = None
         self._pid = 0
-        self._lock = threading.Lock()
+        self._lock, self._lock_pid = threading.Lock(), os.getpid()
 
     def describe(self) -> str:
         return f"postgresql://{self.server}"
@@ -225,8 +225,8 @@ class PostgresBackend(StateBackend):
         pool = self._pool_obj
         if pool is not None and self._pid == os.getpid():
             return pool
-        if self._pid != os.getpid():
-            self._lock = threading.Lock()  # another thread may have held it at fork time
+        if self._lock_pid != os.getpid():  # forked: another thread may have held the lock
+            self._lock, self._lock_pid = threading.Lock(), os.getpid()
         with self._lock:
             if self._pool_obj is not None and self._pid != os.getpid():
                 _INHERITED.append(self._pool_obj)
@@ -276,10 +276,13 @@ class PostgresBackend(StateBackend):
             )
 
     def close(self) -> None:
-        with self._lock:
-            pool, self._pool_obj = self._pool_obj, None
-        if pool is not None and self._pid == os.getpid():
+        pool, self._pool_obj = self._pool_obj, None
+        if pool is None:
+            return
+        if self._pid == os.getpid():
             pool.close()
+        else:
+            _INHERITED.append(pool)  # the parent's: closing it here would end its sessions
 
     def _run(self, op: Callable[[_Connection], T]) -> T:
         """Run `op` on a pooled connection; retry transient failures for a bounded window."""

@@ -1,10 +1,12 @@
 """`taskstate lint [PATH ...]`: the click command (registered lazily by taskstate.cli).
 
-Exit status: 0 no findings, 1 findings, 2 usage error or a file that does not parse.
+Exit status: 0 no error/warning findings (info is advice), 1 error or warning findings,
+2 usage error or a file that does not parse.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -15,6 +17,7 @@ from taskstate.lint import config as lint_config
 from taskstate.lint import fixes, report_json, report_sarif, report_text
 from taskstate.lint.airflow_version import AirflowVersion
 from taskstate.lint.engine import FileResult, lint_paths, lint_source
+from taskstate.lint.rules import RULES, Severity
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -62,7 +65,17 @@ def _codes(values: tuple[str, ...]) -> tuple[str, ...]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write the report here instead of standard output.",
 )
-@click.option("--color/--no-color", default=None, help="Colour text output (default: on a TTY).")
+@click.option(
+    "--rules",
+    "list_rules",
+    is_flag=True,
+    help="List every rule (code, severity, name, why) and exit.",
+)
+@click.option(
+    "--color/--no-color",
+    default=None,
+    help="Colour text output (default: on a terminal, unless NO_COLOR is set).",
+)
 def lint(
     paths: tuple[Path, ...],
     output_format: str,
@@ -75,12 +88,22 @@ def lint(
     max_per_code: int | None,
     output_file: Path | None,
     color: bool | None,
+    list_rules: bool,
 ) -> None:
     """Find task/asset state anti-patterns in DAG files (static: nothing is imported or run).
 
-    PATH is a file or a directory (default: the current directory).
+    PATH is a file or a directory (default: the current directory). Exit status: 0 no error or
+    warning findings, 1 error or warning findings, 2 usage error or a file that does not parse.
+    Config: [tool.taskstate.lint] in pyproject.toml; silence one line with `# noqa: TS101`.
     """
+    if list_rules:
+        for rule in RULES.values():
+            fixable = " (fixable)" if rule.fixable else ""
+            click.echo(f"{rule.code}  {rule.severity.value:<7}  {rule.name}{fixable}: {rule.why}")
+        return
     targets = paths or (Path("."),)
+    if color is None and os.environ.get("NO_COLOR"):  # the NO_COLOR convention
+        color = False
     try:
         config = lint_config.load(config_path, Path.cwd())
         config = config.with_flags(_codes(select), _codes(ignore))
@@ -101,7 +124,10 @@ def lint(
         limit = config.max_per_code if max_per_code is None else max_per_code
         report = report_text.render(results, version, limit)
     if output_file is not None:
-        output_file.write_text(click.unstyle(report) + "\n", encoding="utf-8")
+        try:
+            output_file.write_text(click.unstyle(report) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise click.UsageError(f"cannot write the report to {output_file}: {exc}") from exc
     elif not diff or output_format != "text" or any(r.findings for r in results):
         click.echo(report, color=color)
     sys.exit(_exit_status(results, changed and diff))
@@ -129,7 +155,11 @@ def _fix(
         if show:
             click.echo(fixes.diff(result.path, result.text, fixed), nl=False)
         if write:
-            Path(result.path).write_text(fixed, encoding="utf-8")
+            try:
+                with open(result.path, "w", encoding="utf-8", newline="") as handle:
+                    handle.write(fixed)
+            except OSError as exc:
+                raise click.UsageError(f"cannot write the fix to {result.path}: {exc}") from exc
             results[i] = lint_source(fixed, result.path, config, version)
     return changed
 
@@ -137,6 +167,7 @@ def _fix(
 def _exit_status(results: list[FileResult], pending_diff: bool) -> int:
     if any(r.parse_error for r in results):
         return EXIT_ERROR
-    if pending_diff or any(r.findings for r in results):
+    # info findings are advice: reported, but they do not fail a pre-commit hook or a CI job
+    if pending_diff or any(f.severity is not Severity.INFO for r in results for f in r.findings):
         return EXIT_FINDINGS
     return EXIT_CLEAN

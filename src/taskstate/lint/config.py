@@ -38,7 +38,6 @@ class LintConfig:
     airflow_version: str | None = None
     max_per_code: int = 10
     root: Path = field(default_factory=Path.cwd)  # patterns are relative to it
-    source: Path | None = None  # the pyproject.toml read, if any
 
     def with_flags(
         self, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None
@@ -90,7 +89,7 @@ def load(path: Path | None, start: Path) -> LintConfig:
         return LintConfig()
     table = _table(path)
     if table is None:
-        return LintConfig(root=path.parent, source=path)
+        return LintConfig(root=path.parent)
     unknown = set(table) - _KEYS
     if unknown:
         raise ConfigError(
@@ -117,7 +116,6 @@ def load(path: Path | None, start: Path) -> LintConfig:
         airflow_version=version,
         max_per_code=max_per_code,
         root=path.parent,
-        source=path,
     )
 
 

@@ -18,26 +18,8 @@ from taskstate.lint.source import Source
 
 PARSE_ERROR = "TS901"
 _NOQA = re.compile(r"#\s*noqa(?::[\s]?(?P<codes>[A-Z]+[0-9]+(?:[,\s]+[A-Z]+[0-9]+)*))?", re.I)
-_SKIP_DIRS = frozenset(
-    {
-        ".git",
-        ".hg",
-        ".svn",
-        ".venv",
-        "venv",
-        ".envs",
-        ".tox",
-        ".nox",
-        "__pycache__",
-        "node_modules",
-        "build",
-        "dist",
-        "site-packages",
-        ".mypy_cache",
-        ".ruff_cache",
-        ".pytest_cache",
-    }
-)
+# Hidden directories (.git, .venv, ...) are skipped too.
+_SKIP_DIRS = frozenset({"venv", "__pycache__", "node_modules", "build", "dist", "site-packages"})
 
 
 @dataclass
@@ -51,19 +33,19 @@ class FileResult:
 def lint_source(text: str, path: str, config: LintConfig, version: AirflowVersion) -> FileResult:
     """Every enabled finding for one file's text, minus the ones a `# noqa` silences."""
     result = FileResult(path, text=text)
+    found: list[Finding] = []
     try:
         tree = ast.parse(text, filename=path)
-    except (SyntaxError, ValueError) as exc:
+        src = Source(path, text, tree)
+        ctx = Context(version)
+        for check in CHECKS:
+            for finding in check(src, ctx):
+                if config.enabled(finding.code, path) and not _silenced(src, finding):
+                    found.append(finding)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         result.parse_error = True
-        result.findings.append(_parse_error(path, exc))
+        result.findings = [_parse_error(path, exc)]
         return result
-    src = Source(path, text, tree)
-    ctx = Context(version)
-    found: list[Finding] = []
-    for check in CHECKS:
-        for finding in check(src, ctx):
-            if config.enabled(finding.code, path) and not _silenced(src, finding):
-                found.append(finding)
     found.sort(key=lambda f: (f.line, f.col, f.code))
     result.findings = found
     return result
@@ -131,6 +113,8 @@ def _parse_error(path: str, exc: Exception) -> Finding:
         detail = f"{exc.msg} (line {line})"
     elif isinstance(exc, UnicodeDecodeError):
         detail = "not UTF-8 text"
+    elif isinstance(exc, RecursionError | MemoryError):
+        detail = "nested too deeply to check"
     else:
         detail = str(exc)
     rule = RULES[PARSE_ERROR]

@@ -10,6 +10,7 @@ import difflib
 from collections.abc import Iterable
 
 from taskstate.lint.finding import Edit, Finding
+from taskstate.lint.source import physical_lines
 
 
 def apply(text: str, findings: Iterable[Finding]) -> tuple[str, int]:
@@ -57,19 +58,20 @@ def _add_import(text: str, statement: str) -> str:
             docstring_end = stmt.end_lineno or 0
         elif anchor is not None:
             break
-    lines = text.splitlines(keepends=True)
+    lines = physical_lines(text)
     at = (anchor.end_lineno or anchor.lineno) if anchor is not None else docstring_end
+    newline = "\r\n" if "\r\n" in text else "\n"  # keep the file's own line endings
     if at == len(lines) and lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    lines.insert(at, statement + "\n")
+        lines[-1] += newline
+    lines.insert(at, statement + newline)
     return "".join(lines)
 
 
 def diff(path: str, before: str, after: str) -> str:
     return "".join(
         difflib.unified_diff(
-            before.splitlines(keepends=True),
-            after.splitlines(keepends=True),
+            physical_lines(before),
+            physical_lines(after),
             fromfile=f"a/{path}",
             tofile=f"b/{path}",
         )

@@ -60,7 +60,10 @@ def _rule(code: str) -> dict[str, Any]:
         "fullDescription": {"text": rule.why},
         "help": {"text": rule.why},
         "defaultConfiguration": {"level": _LEVEL[rule.severity]},
-        "properties": {"precision": "medium" if rule.heuristic else "high"},
+        "properties": {
+            "precision": "medium" if rule.heuristic else "high",
+            "fixable": rule.fixable,
+        },
     }
 
 

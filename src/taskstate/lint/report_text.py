@@ -76,11 +76,19 @@ def _finding(finding: Finding, explained: set[str]) -> str:
 def _summary(results: list[FileResult], version: AirflowVersion) -> str:
     findings = [f for r in results for f in r.findings]
     files = len(results)
-    advice = f"advice for Airflow {version.label} ({version.source})"
+    advice = (
+        f"advice for Airflow {version.label} ({version.source})"
+        if version.parts
+        else "advice for any Airflow version (none installed here: say --airflow-version)"
+    )
     if not findings:
         return click.style(f"No findings in {files} file(s); {advice}.", fg="green")
     counts = Counter(f.severity for f in findings)
-    parts = [f"{counts[s]} {s.value}{'s' if counts[s] != 1 else ''}" for s in Severity if counts[s]]
+    parts = [
+        f"{counts[s]} {s.value}{'s' if counts[s] != 1 and s is not Severity.INFO else ''}"
+        for s in Severity
+        if counts[s]
+    ]
     touched = sum(1 for r in results if r.findings)
     fixable = sum(1 for f in findings if f.fix is not None)
     text = (

@@ -138,10 +138,11 @@ RULES: dict[str, Rule] = _table(
     Rule(
         "TS303",
         "deferrable-without-wait",
-        W,
+        INFO,
         "{operator} has deferrable=True but no explicit wait_for_termination=True",
         "deferrable=True does not imply waiting for the job: say wait_for_termination=True so "
-        "the task's success means the job's success. The deferred path never goes through "
+        "the task's success visibly means the job's success (on these operators it defaults to "
+        "True today). The deferred path never goes through "
         "ResumableJobMixin, so durable=True protects nothing there.",
         Advice.SUBMIT_POLL,
     ),
@@ -198,6 +199,16 @@ RULES: dict[str, Rule] = _table(
         "durable=True on {operator} has no effect on Airflow {version}",
         "Providers' durable mode needs Airflow 3.3's state store; below 3.3 their shim always "
         "submits a fresh job, so a retry after a crash pays for a duplicate.",
+        Advice.MIXIN,
+    ),
+    Rule(
+        "TS407",
+        "mixin-result-dropped",
+        W,
+        "possible lost result: {cls}.execute() calls execute_resumable() but does not return it",
+        "execute_resumable() returns the job's result (also after a reconnect); an execute() "
+        "that drops it pushes something else to XCom. Fine when deliberate, e.g. returning an "
+        "id the operator tracks itself.",
         Advice.MIXIN,
     ),
     # --- TS5xx: state store calls --------------------------------------------------------------
@@ -271,14 +282,10 @@ RULES: dict[str, Rule] = _table(
     # --- TS9xx: the file itself ----------------------------------------------------------------
     Rule(
         "TS901",
-        "syntax-error",
+        "unparsable-file",
         E,
-        "file does not parse: {error}",
+        "file cannot be checked: {error}",
         "Nothing in a file that does not parse can be checked (and Airflow cannot load it).",
         Advice.NONE,
     ),
 )
-
-
-def rule(code: str) -> Rule:
-    return RULES[code]

@@ -8,6 +8,7 @@ is taken at face value, and a name the file binds to something else is not ours 
 from __future__ import annotations
 
 import ast
+import io
 import re
 import textwrap
 from dataclasses import dataclass, field
@@ -25,7 +26,6 @@ _AIRFLOW_DECORATOR_MODULES = ("airflow.decorators", "airflow.sdk")
 class Function:
     node: FunctionNode
     cls: ast.ClassDef | None  # the class when this is a method
-    parent: Function | None
     calls: list[ast.Call] = field(default_factory=list)  # not including nested functions
     assigns: list[ast.Assign] = field(default_factory=list)
     ifs: list[ast.If] = field(default_factory=list)
@@ -59,7 +59,7 @@ class Source:
         self.path = path
         self.text = text
         self.tree = tree
-        self.lines = text.splitlines()
+        self.lines = [line.rstrip("\r\n") for line in physical_lines(text)]
         self.imports: dict[str, str] = {}  # local name -> qualified name
         self.bound: set[str] = set()  # names the module binds to its own objects
         self.values: dict[str, ast.expr] = {}  # NAME = expr outside functions
@@ -109,7 +109,7 @@ class Source:
                 func.ifs.append(node)  # type: ignore[arg-type]
             elif kind is ast.Return:
                 func.returns.append(node)  # type: ignore[arg-type]
-        return [(child, func, None) for child in ast.iter_child_nodes(node)]
+        return [(child, func, None) for child in _children(node)]
 
     def _class(self, node: ast.ClassDef, func: Function | None) -> list[_Item]:
         if func is None:
@@ -128,7 +128,7 @@ class Source:
     ) -> list[_Item]:
         if outer is None and cls is None:
             self.bound.add(node.name)
-        func = Function(node=node, cls=cls, parent=outer)
+        func = Function(node=node, cls=cls)
         self.functions.append(func)
         if cls is None:
             self.by_name[node.name] = func
@@ -150,6 +150,9 @@ class Source:
                 name = _task_name(callee.value)
                 if name:
                     self.expanded.add(name)
+                mapped_callable = _partial_callable(callee.value)
+                if mapped_callable:  # PythonOperator.partial(python_callable=f).expand(...)
+                    self.expanded.add(mapped_callable)
             elif callee.attr == "override":
                 name = _task_name(callee.value)
                 if name:
@@ -212,16 +215,20 @@ class Source:
             return False
         return qual == name or (qual.startswith("airflow.") and qual.endswith("." + name))
 
-    def is_task_decorator(self, dec: ast.expr) -> bool:
+    def decorator_name(self, dec: ast.expr) -> str | None:
+        """`task.sensor` for `@task.sensor(...)` from airflow.sdk (or a bare snippet name)."""
         target = dec.func if isinstance(dec, ast.Call) else dec
         qual = self.qualname(target)
         if qual is None:
-            return False
+            return None
         for module in _AIRFLOW_DECORATOR_MODULES:
             if qual.startswith(module + "."):
-                qual = qual[len(module) + 1 :]
-                break
-        return qual.split(".")[0] in _TASK_DECORATORS
+                return qual[len(module) + 1 :]
+        return qual
+
+    def is_task_decorator(self, dec: ast.expr) -> bool:
+        name = self.decorator_name(dec)
+        return name is not None and name.split(".")[0] in _TASK_DECORATORS
 
     def resolve(self, node: ast.expr, depth: int = 4) -> ast.expr:
         """Follow module-level `A = B` aliases to the value they name."""
@@ -235,7 +242,7 @@ class Source:
         """Character offset of an ast (1-based line, UTF-8 byte column) position."""
         if self._line_starts is None:
             starts = [0]
-            for text in self.text.splitlines(keepends=True):
+            for text in physical_lines(self.text):
                 starts.append(starts[-1] + len(text))
             self._line_starts = starts
         text = self.lines[line - 1] if line - 1 < len(self.lines) else ""
@@ -299,6 +306,53 @@ def _has_reason(text: str) -> bool:
         return False
     comment = text[text.index("#") :]
     return bool(re.sub(r"#\s*noqa(:[\sA-Z0-9,]*)?", "", comment, flags=re.I).strip(" #"))
+
+
+# Fields that never hold a node worth visiting, and nodes with nothing inside worth visiting:
+# skipping them halves the walk (a Name alone is a third of a typical tree).
+_SKIP_FIELDS = frozenset({"ctx", "op", "ops", "type_comment"})
+_LEAVES = (ast.Name, ast.Constant)
+_FIELDS: dict[type[ast.AST], tuple[str, ...]] = {}
+
+
+def _children(node: ast.AST) -> list[ast.AST]:
+    """`ast.iter_child_nodes`, minus leaves and operator/context fields."""
+    kind = type(node)
+    fields = _FIELDS.get(kind)
+    if fields is None:
+        fields = _FIELDS[kind] = tuple(f for f in kind._fields if f not in _SKIP_FIELDS)
+    children: list[ast.AST] = []
+    for name in fields:
+        value = getattr(node, name, None)
+        if isinstance(value, list):
+            children.extend(
+                item for item in value if isinstance(item, ast.AST) and type(item) not in _LEAVES
+            )
+        elif isinstance(value, ast.AST) and type(value) not in _LEAVES:
+            children.append(value)
+    return children
+
+
+def physical_lines(text: str) -> list[str]:
+    """Lines as Python counts them (ends: \\n, \\r\\n, \\r), with their endings.
+
+    str.splitlines() also splits at form feeds and other separators that Python source may
+    hold inside a line, which would shift every line number after them.
+    """
+    return io.StringIO(text, newline="").readlines()
+
+
+def _partial_callable(node: ast.expr) -> str | None:
+    """`f` in `PythonOperator.partial(python_callable=f, ...)`."""
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "partial"
+    ):
+        for kw in node.keywords:
+            if kw.arg == "python_callable" and isinstance(kw.value, ast.Name):
+                return kw.value.id
+    return None
 
 
 def _task_name(node: ast.expr) -> str | None:

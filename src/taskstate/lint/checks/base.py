@@ -11,21 +11,24 @@ from taskstate.lint.finding import Finding, Fix
 from taskstate.lint.rules import RULES
 from taskstate.lint.source import Function, Source
 
-# Key names that say "this is progress of one task" or "this is the id of a submitted job".
+# Key names that say "this is the id of a submitted job" or "this is progress of one task".
+# Kept narrow: an error rule rests on them, and ids of long-lived things (a cluster, an app, a
+# pipeline definition) are the shared configuration Variables are for.
 JOB_ID_KEY = re.compile(
-    r"(^|[_\-.])(job|run|batch|query|execution|statement|pipeline|cluster|application|app|step"
-    r"|submission|operation|remote)[_\-]?(id|arn|handle)s?($|[_\-.])|^(job|run)id$",
+    r"(^|[_\-.])(job|run|batch|query|execution|statement|submission|operation)[_\-]?"
+    r"(id|handle)s?($|[_\-.])|^(job|run)id$",
     re.IGNORECASE,
 )
 PROGRESS_KEY = re.compile(
-    r"cursor|offset|checkpoint|bookmark|progress|position|resume|page_?token|next_?token"
-    r"|marker|last_?id|attempt|retry|retries",
+    r"cursor|(?<!utc_)(?<!tz_)(?<!timezone_)offset|checkpoint|bookmark|progress"
+    r"|page_?token|next_?token|continuation|last_?id|resume_?(token|from|point|position)",
     re.IGNORECASE,
 )
 WATERMARK_KEY = re.compile(
     r"watermark|high_?water|last_?(processed|run|success|load|loaded|update|updated|sync|synced"
     r"|seen|modified|fetch|fetched|ingest|ingested|extract|extracted|read|export|exported)"
-    r"|(processed|loaded|synced|exported)_(at|until|up_?to|through)|_since$|^since_",
+    r"|(processed|loaded|synced|exported)_(at|until|up_?to|through)|_since$|^since_"
+    r"|last_\w*(date|time|timestamp)",
     re.IGNORECASE,
 )
 
@@ -73,6 +76,14 @@ def store_preamble(func: Function, store: str) -> str:
     if kwarg is not None:
         return f'{store} = {kwarg.arg}["{store}"]\n'
     return f"# add `{store}=None` to {func.name}()'s parameters\n"
+
+
+def with_note(code: str, note: str) -> str:
+    """Append `# note` to a one-line snippet, or put it above when the line has a comment."""
+    last = code.splitlines()[-1] if code else ""
+    if "#" in last:
+        return f"# {note}\n{code}"
+    return f"{code}  # {note}"
 
 
 def shown(src: Source, node: ast.expr | None) -> str:

@@ -6,7 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
-from taskstate.lint.checks.base import Context
+from taskstate.lint.checks.base import Context, with_note
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, is_false, is_true, keyword
 
@@ -28,6 +28,15 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
     for name in mixins:
         cls = src.classes[name]
         execute = methods.get((name, "execute"))
+        if execute is not None and _uses_execute_resumable(execute) and not _returns_it(execute):
+            yield ctx.finding(
+                src,
+                "TS407",
+                execute.node,
+                cls=name,
+                before=src.lines_of(execute.node, limit=6),
+                after="return self.execute_resumable(context)",
+            )
         if execute is not None and not _uses_execute_resumable(execute):
             yield ctx.finding(
                 src,
@@ -102,6 +111,31 @@ def _uses_execute_resumable(func: Function) -> bool:
             if isinstance(inner, ast.Name) and inner.id == "super":
                 return True
     return False
+
+
+def _returns_it(func: Function) -> bool:
+    """True when some `return` hands back execute_resumable's result (or a base's execute),
+    directly or through a name (`result = self.execute_resumable(context)` ... `return result`)."""
+    names = {
+        target.id
+        for assign in func.assigns
+        if _is_resumable_call(assign.value)
+        for target in assign.targets
+        if isinstance(target, ast.Name)
+    }
+    for ret in func.returns:
+        for node in ast.walk(ret):
+            if _is_resumable_call(node) or (isinstance(node, ast.Name) and node.id in names):
+                return True
+    return False
+
+
+def _is_resumable_call(node: ast.AST) -> bool:
+    return (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr in ("execute_resumable", "execute")
+    )
 
 
 def _sets_external_id_key(src: Source, name: str, mixins: set[str]) -> bool:
@@ -198,8 +232,10 @@ def _no_retries(src: Source, ctx: Context, call: ast.Call, mixins: set[str]) -> 
             retries,
             cls=callee.id,
             before=src.excerpt(call, retries),
-            after=src.excerpt(call, retries, "retries=3")
-            + "  # or drop the mixin: with no retry it never reconnects",
+            after=with_note(
+                src.excerpt(call, retries, "retries=3"),
+                "or drop the mixin: with no retry it never reconnects",
+            ),
         )
 
 

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from taskstate.lint.checks.base import JOB_ID_KEY, Context, shown
+from taskstate.lint.checks.base import JOB_ID_KEY, Context, shown, with_note
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, argument, keyword, literal_text
 
@@ -63,7 +63,7 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
                 continue
             method = callee.attr
             if method in ("set", "aset"):
-                yield from _value(src, ctx, call, callee)
+                yield from _value(src, ctx, func, call, callee)
                 if kind.store == _TASK:
                     yield from _job_id_retention(src, ctx, call)
             if method in _KEY_METHODS:
@@ -83,7 +83,12 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
                         "# run from a downstream task once all indices are done"
                     ),
                 )
-        if func.task_decorator is not None and func.name not in src.overridden:
+        if (
+            func.task_decorator is not None
+            and func.name not in src.overridden
+            # an @asset function is its own outlet: its inlets/outlets are not in the decorator
+            and (src.decorator_name(func.task_decorator) or "").split(".")[0] == "task"
+        ):
             yield from _undeclared_assets(src, ctx, func)
 
 
@@ -132,16 +137,26 @@ def _kind(node: ast.expr, bindings: dict[str, _Kind]) -> _Kind | None:
 
 
 # --- TS501: values that are not JSON ----------------------------------------------------------
-def _value(src: Source, ctx: Context, call: ast.Call, callee: ast.Attribute) -> Iterator[Finding]:
+def _value(
+    src: Source, ctx: Context, func: Function, call: ast.Call, callee: ast.Attribute
+) -> Iterator[Finding]:
     value = argument(call, 1, "value")
     if value is None:
         return
     bad = _non_json(src, value, "")
+    origin = ""
+    if bad is None and isinstance(value, ast.Name):
+        # `now = datetime.now(...)` ... `.set("at", now)`: follow a name bound exactly once
+        bound = _single_assignment(func, value.id)
+        found = _non_json(src, bound, "") if bound is not None else None
+        if bound is not None and found is not None and found[0] is bound:
+            bad = (value, found[1], "")
+            origin = f" ({value.id} = {src.segment(bound)})"
     if bad is None:
         return
     node, what, path = bad
     replacement = _json_replacement(src, node, what)
-    where = f"{what} at value{path}" if path else what
+    where = (f"{what} at value{path}" if path else what) + origin
     yield ctx.finding(
         src,
         "TS501",
@@ -152,6 +167,21 @@ def _value(src: Source, ctx: Context, call: ast.Call, callee: ast.Attribute) -> 
         before=src.lines_of(call),
         after=src.lines_with(node, replacement) if replacement else _NONE_AFTER,
     )
+
+
+def _single_assignment(func: Function, name: str) -> ast.expr | None:
+    """The value of `name = value` when that is the only place the function binds `name`."""
+    stores = [
+        node
+        for node in ast.walk(func.node)
+        if isinstance(node, ast.Name) and node.id == name and not isinstance(node.ctx, ast.Load)
+    ]
+    if len(stores) != 1 or name in func.param_names():
+        return None
+    for assign in func.assigns:
+        if len(assign.targets) == 1 and assign.targets[0] is stores[0]:
+            return assign.value
+    return None
 
 
 _NONE_AFTER = (
@@ -253,13 +283,15 @@ def _key(src: Source, ctx: Context, call: ast.Call) -> Iterator[Finding]:
     if key is None or text is None or not ("." in text or "/" in text):
         return
     fixed = re.sub(r"[./]+", "_", text.replace("{}", "{...}"))
+    written = src.segment(key)
+    quote = written[0] if written[:1] in ("'", '"') else '"'  # keep the user's quote style
     yield ctx.finding(
         src,
         "TS502",
         key,
         key=src.segment(key),
         before=src.lines_of(call),
-        after=src.lines_with(key, repr(fixed)) if "{}" not in text else f'"{fixed}"',
+        after=(src.lines_with(key, f"{quote}{fixed}{quote}") if "{}" not in text else f'"{fixed}"'),
     )
 
 
@@ -285,7 +317,7 @@ def _mapped_asset_key(
         call,
         task=func.name,
         key=src.segment(key),
-        after=src.lines_with(key, per_index) + "  # one key per map index",
+        after=with_note(src.lines_with(key, per_index), "one key per map index"),
     )
 
 

@@ -18,6 +18,7 @@ from taskstate.lint.checks.base import (
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, argument, literal_text
 
+_NONE: tuple[set[int], set[str]] = (set(), set())
 _READS = frozenset({"get"})
 _WRITES = frozenset({"set", "update", "setdefault"})
 
@@ -70,8 +71,8 @@ def _check_function(
         for finding, consumed in _reconnect_or_submit(src, ctx, func, uses):
             done.update(consumed)
             yield finding
-    read_keys = {use.key_text for use in uses if not use.write}
     written_keys = {use.key_text for use in uses if use.write}
+    derived = _derived_from_reads(func, uses) if func is not None else {}
     for use in uses:
         if id(use.call) in done:
             continue
@@ -83,10 +84,11 @@ def _check_function(
         elif not in_task or func is None:
             continue
         elif use.write:
+            value = argument(use.call, 1, "value")
             stateful = (
-                use.key_text in read_keys
-                or PROGRESS_KEY.search(use.key_text)
+                PROGRESS_KEY.search(use.key_text)
                 or JOB_ID_KEY.search(use.key_text)
+                or (value is not None and _mentions(value, *derived.get(use.key_text, _NONE)))
             )
             code = "TS101" if stateful else "TS104"
             yield ctx.finding(src, code, use.call, key=key, after=_task_state_after(src, func, use))
@@ -98,6 +100,38 @@ def _check_function(
             yield ctx.finding(
                 src, "TS105", use.call, key=key, after=_task_state_after(src, func, use)
             )
+
+
+def _derived_from_reads(func: Function, uses: list[_Use]) -> dict[str, tuple[set[int], set[str]]]:
+    """Per Variable key: ids of the read calls and of the local names whose value comes from
+    reading it (`cursor = Variable.get(K)`, `new = cursor + n`).
+
+    A write whose value is built from a read of the same key is read-modify-write: state.
+    Writing a constant after a read (set-if-absent) is initialising configuration.
+    """
+    derived: dict[str, set[int]] = {}
+    reads: dict[int, str] = {}
+    for use in uses:
+        if not use.write:
+            reads[id(use.call)] = use.key_text
+            derived.setdefault(use.key_text, set()).add(id(use.call))
+    names: dict[str, set[str]] = {}
+    assigns = sorted(func.assigns, key=lambda a: (a.lineno, a.col_offset))
+    for _ in range(3):  # a few hops: cursor = get(K); new = cursor + n; set(K, new)
+        for assign in assigns:
+            for key, ids in derived.items():
+                if _mentions(assign.value, ids, names.get(key, set())):
+                    names.setdefault(key, set()).update(
+                        t.id for t in assign.targets if isinstance(t, ast.Name)
+                    )
+    return {key: (ids, names.get(key, set())) for key, ids in derived.items()}
+
+
+def _mentions(node: ast.expr, call_ids: set[int], names: set[str]) -> bool:
+    return any(
+        id(sub) in call_ids or (isinstance(sub, ast.Name) and sub.id in names)
+        for sub in ast.walk(node)
+    )
 
 
 def _reconnect_or_submit(

@@ -26,15 +26,16 @@ def _check_function(src: Source, ctx: Context, func: Function) -> Iterator[Findi
         if not isinstance(callee, ast.Attribute):
             continue
         if callee.attr == "xcom_push":
-            key = literal_text(src, argument(call, 0, "key"))
+            key = literal_text(src, _push_arg(call, 0, "key"))
             if key is not None:
                 pushes.append((call, key))
         elif callee.attr == "xcom_pull" and _reads_own_xcom(func, call):
-            key = literal_text(src, argument(call, 1, "key"))
+            # TaskInstance.xcom_pull(task_ids, dag_id, key, ...); BaseOperator's adds context
+            key = literal_text(src, argument(call, 3 if _on_self(call) else 2, "key"))
             if key is not None:
                 pulled.add(key)
     for call, key in pushes:
-        key_node = argument(call, 0, "key")
+        key_node = _push_arg(call, 0, "key")
         if key in pulled:
             yield ctx.finding(
                 src, "TS201", call, key=shown(src, key_node), after=_after(src, func, call)
@@ -46,11 +47,26 @@ def _check_function(src: Source, ctx: Context, func: Function) -> Iterator[Findi
             )
 
 
+def _on_self(call: ast.Call) -> bool:
+    """`self.xcom_push(context, key, value)`: BaseOperator's form, with context first."""
+    callee = call.func
+    return (
+        isinstance(callee, ast.Attribute)
+        and isinstance(callee.value, ast.Name)
+        and callee.value.id == "self"
+    )
+
+
+def _push_arg(call: ast.Call, position: int, name: str) -> ast.expr | None:
+    """TaskInstance.xcom_push(key, value) or BaseOperator.xcom_push(context, key, value)."""
+    return argument(call, position + 1 if _on_self(call) else position, name)
+
+
 def _reads_own_xcom(func: Function, call: ast.Call) -> bool:
     """A pull with no task_ids, or naming this task, reads what this task pushed."""
     task_ids = keyword(call, "task_ids")
     if task_ids is None:
-        return not call.args
+        return len(call.args) <= (1 if _on_self(call) else 0)
     value = task_ids.value
     if isinstance(value, ast.Constant):
         return value.value == func.name
@@ -58,8 +74,8 @@ def _reads_own_xcom(func: Function, call: ast.Call) -> bool:
 
 
 def _after(src: Source, func: Function, call: ast.Call) -> str:
-    key = argument(call, 0, "key")
-    value = argument(call, 1, "value")
+    key = _push_arg(call, 0, "key")
+    value = _push_arg(call, 1, "value")
     key_text = src.segment(key) if key is not None else '"job_id"'
     value_text = src.segment(value) if value is not None else "job_id"
     line = src.lines_with(call, f"task_state_store.set({key_text}, {value_text})")
