@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from taskstate.lint.checks.base import JOB_ID_KEY, Context, shown, with_note
 from taskstate.lint.finding import Finding
-from taskstate.lint.source import Function, Source, argument, keyword, literal_text
+from taskstate.lint.source import (
+    Function,
+    Source,
+    argument,
+    call_keywords,
+    keyword,
+    literal_text,
+)
 
 _TASK, _ASSETS, _ASSET = "task_state_store", "asset_state_store", "asset"
 _KEY_METHODS = frozenset({"get", "set", "delete", "aget", "aset", "adelete", "update"})
@@ -379,15 +386,9 @@ def _undeclared_assets(
         )
 
 
-def _keywords(declaration: ast.expr) -> dict[str, ast.expr]:
-    if isinstance(declaration, ast.Call):
-        return {kw.arg: kw.value for kw in declaration.keywords if kw.arg is not None}
-    return {}
-
-
 def _declared_assets(src: Source, declaration: ast.expr) -> set[str] | None:
     """Identities of the task's inlets and outlets; None when they cannot all be read."""
-    keywords = _keywords(declaration)
+    keywords = call_keywords(declaration)
     if isinstance(declaration, ast.Call) and any(kw.arg is None for kw in declaration.keywords):
         return None  # @task(**options) / Operator(**options): unknown
     declared: set[str] = set()
@@ -441,7 +442,7 @@ def _module_level(src: Source, func: Function, node: ast.expr) -> bool:
 
 
 def _declare_after(src: Source, declaration: ast.expr, asset: str) -> str:
-    keywords = _keywords(declaration)
+    keywords = call_keywords(declaration)
     for name in ("outlets", "inlets"):
         declared = keywords.get(name)
         if isinstance(declared, ast.List):
