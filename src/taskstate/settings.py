@@ -165,6 +165,17 @@ def _airflow_lookup() -> Lookup | None:
     return lookup
 
 
+def airflow_option(
+    section: str, option: str, environ: Mapping[str, str] | None = None
+) -> str | None:
+    """Any Airflow option, read the way `Settings.load` reads ours (for `taskstate doctor`)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(f"AIRFLOW__{section.upper()}__{option.upper()}")
+    if raw is not None:
+        return raw
+    return (_airflow_lookup() or _file_lookup(env))(section, option)
+
+
 def airflow_home(environ: Mapping[str, str] | None = None) -> Path | None:
     env = os.environ if environ is None else environ
     home = env.get("AIRFLOW_HOME")

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from taskstate.errors import TaskStateError
-from taskstate.scope import AssetScope, TaskScope, parse_namespace
+from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace
 from taskstate.store import StateStore, _Accessor
 
 
@@ -23,6 +23,8 @@ class ImportFormatError(TaskStateError, ValueError):
 
 def export_lines(store: StateStore, prefix: str = "") -> Iterator[str]:
     for row in store.backend.scan(prefix):
+        if row.namespace.startswith(META_PREFIX):
+            continue
         scope = parse_namespace(row.namespace)
         value = store.load_value(row.value)
         record: dict[str, Any]

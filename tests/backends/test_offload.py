@@ -231,3 +231,23 @@ def test_offload_with_postgres_rows(tmp_path: Path, fresh_postgres_url: str) -> 
         assert len(objects(offload)) == 1
         accessor.clear()
         assert objects(offload) == []
+
+
+def test_cli_clear_all_map_indices_removes_their_objects(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "AIRFLOW__WORKERS__STATE_STORE_BACKEND": "taskstate.backends.offload.OffloadBackend",
+        "AIRFLOW__STATE_STORE__TASKSTATE_OFFLOAD_URL": f"file://{tmp_path}/objects",
+        "AIRFLOW__STATE_STORE__TASKSTATE_URL": f"sqlite:///{tmp_path}/s.db",
+    }
+    with StateStore(settings=Settings.load(env)) as s:
+        for index in (-1, 0, 1):
+            s.task_state(TaskScope("dag", "run", "task", index)).set("k", BIG)
+        s.task_state(TaskScope("dag", "run", "other")).set("k", BIG)
+    args = ["task", "clear", "--dag-id", "dag", "--run-id", "run", "--task-id", "task"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskstate", *args, "--all-map-indices"],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert len([p for p in (tmp_path / "objects").rglob("*") if p.is_file()]) == 1

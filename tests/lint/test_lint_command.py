@@ -348,3 +348,13 @@ def test_pathologically_nested_code_is_reported_not_a_crash(project: Path) -> No
     assert code in (0, 2)  # whatever the interpreter can parse is checked, the rest reported
     for finding in json.loads(out)["findings"]:
         assert finding["code"] == "TS901"
+
+
+def test_config_is_found_from_the_linted_path_not_the_working_directory(
+    project: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    write(project / "pyproject.toml", '[tool.taskstate.lint]\nignore = ["TS1"]\n')
+    write(project / "dags" / "bad.py", STATEFUL)
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    code, out = run("--format", "json", str(project / "dags"), cwd=elsewhere)
+    assert (code, codes_from_json(out)) == (0, [])

@@ -11,7 +11,7 @@ the row pointing at the previous object, which is still there — a failed write
 reader sees. A key's superseded objects are pruned after each committed `set` once they are
 older than `keep_versions_s` (a grace period that outlives any write still in flight), and
 `taskstate clean` sweeps the rest: objects no row references (expired rows, `update` versions,
-`clear --all-map-indices`), again only past the grace period.
+rows deleted by other means), again only past the grace period.
 """
 
 from __future__ import annotations

@@ -105,7 +105,9 @@ def lint(
     if color is None and os.environ.get("NO_COLOR"):  # the NO_COLOR convention
         color = False
     try:
-        config = lint_config.load(config_path, Path.cwd())
+        # the project the first PATH lives in, as ruff does, not wherever the command runs
+        first = targets[0].resolve()
+        config = lint_config.load(config_path, first if first.is_dir() else first.parent)
         config = config.with_flags(_codes(select), _codes(ignore))
         version_text = airflow_version or config.airflow_version
         source = "--airflow-version" if airflow_version else "config"

@@ -100,4 +100,6 @@ def _summary(results: list[FileResult], version: AirflowVersion) -> str:
     unparsed = sum(1 for r in results if r.parse_error)
     if unparsed:
         text += f" {unparsed} file(s) could not be parsed."
-    return click.style(text, bold=True)
+    by_code = Counter(f.code for f in findings)
+    per_code = ", ".join(f"{code} ×{n}" for code, n in sorted(by_code.items()))
+    return click.style(text, bold=True) + f"\nBy code: {per_code}"

@@ -1,0 +1,170 @@
+"""The callbacks the cluster policy gives every task: state in, state out.
+
+`InjectState` runs as the task's first `on_execute_callback`, in the process that runs the task,
+with the very context dict `execute` gets (Airflow 2.10-3.2, every execution path: `dags test`,
+`tasks test`, scheduler + executor). It adds `task_state_store` (and `asset_state_store` for a
+task with assets), which also reaches a `@task` function's parameter of that name, since Airflow
+passes context entries to the parameters that name them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, MutableMapping
+from typing import Any, NoReturn
+
+from taskstate.airflow.assets import AssetStateStores, is_asset
+from taskstate.airflow.attempts import (
+    ATTEMPT_KEY,
+    INPUT_KEY,
+    Attempt,
+    input_fingerprint,
+    rerun_reason,
+)
+from taskstate.errors import BackendError
+from taskstate.scope import TaskScope
+from taskstate.store import StateStore
+from taskstate.values import expires_at
+
+_process_store: tuple[int, StateStore] | None = None
+
+
+def process_store() -> StateStore:
+    """One `StateStore` per process, opened on first use (and again in a forked child)."""
+    global _process_store
+    pid = os.getpid()
+    if _process_store is None or _process_store[0] != pid:
+        _process_store = (pid, StateStore())
+    return _process_store[1]
+
+
+def task_scope(ti: Any) -> TaskScope:
+    map_index = ti.map_index if ti.map_index is not None else -1
+    return TaskScope(ti.dag_id, ti.run_id, ti.task_id, map_index)
+
+
+class StoreUnavailable:
+    """Stands in for a store that could not be opened, so the task fails where it uses it."""
+
+    def __init__(self, error: Exception) -> None:
+        self._error = error
+
+    def __getattr__(self, name: str) -> NoReturn:
+        raise BackendError(
+            f"taskstate could not open this task's state store: {self._error}; "
+            "run `taskstate doctor` to check the settings and the backend"
+        ) from self._error
+
+    __getitem__ = __getattr__
+
+
+class InjectState:
+    """`on_execute_callback`: put the task's state stores into its context.
+
+    `expanded` names the arguments `.expand()` maps over (None: not known before run time, as
+    with `.expand_kwargs()`); their values are the input fingerprinted per map index.
+    """
+
+    def __init__(
+        self, *, keep_state_on_clear: bool = False, expanded: tuple[str, ...] | None = None
+    ) -> None:
+        self.keep_state_on_clear = keep_state_on_clear
+        self.expanded = expanded
+
+    def __call__(self, context: MutableMapping[str, Any]) -> None:
+        task = context["task"]
+        try:
+            store = process_store()
+            state = store.task_state(task_scope(context["ti"]))
+            reason = self._start_over_reason(store, state.scope, context)
+            if reason is not None:
+                state.clear()
+                task.log.info("taskstate: starting this task's state over: %s", reason)
+            context["task_state_store"] = state
+            assets = [a for a in (*(task.inlets or ()), *(task.outlets or ())) if is_asset(a)]
+            if assets:
+                context["asset_state_store"] = AssetStateStores(store, assets)
+        except Exception as exc:
+            # Airflow logs and swallows callback errors; leave a stand-in that fails loudly
+            # where the task touches its state instead of a missing key.
+            task.log.exception("taskstate: could not set up task_state_store")
+            context["task_state_store"] = StoreUnavailable(exc)
+
+    def _start_over_reason(
+        self, store: StateStore, scope: TaskScope, context: Mapping[str, Any]
+    ) -> str | None:
+        ti = context["ti"]
+        dag_run = context.get("dag_run")
+        started = getattr(dag_run, "start_date", None)
+        now = Attempt(
+            try_number=int(ti.try_number or 0),
+            max_tries=int(ti.max_tries if ti.max_tries is not None else -1),
+            run_started=None if started is None else str(started),
+        )
+        meta = _Meta(store, scope.meta_namespace)
+        reason = rerun_reason(meta.get(ATTEMPT_KEY), now)
+        if reason is not None and self.keep_state_on_clear:
+            context["task"].log.info(
+                "taskstate: keeping this task's state although %s (keep_state_on_clear)", reason
+            )
+            reason = None
+        meta.set(ATTEMPT_KEY, now.as_json())
+        if scope.map_index >= 0:
+            fingerprint = input_fingerprint(self._mapped_input(context["task"]))
+            before = meta.get(INPUT_KEY)
+            meta.set(INPUT_KEY, fingerprint)
+            if reason is None and before is not None and before != fingerprint:
+                reason = (
+                    f"map index {scope.map_index} now holds a different input than on the "
+                    "previous try (the mapped list changed), so its state belonged to another item"
+                )
+        return reason
+
+    def _mapped_input(self, task: Any) -> dict[str, Any]:
+        op_kwargs = getattr(task, "op_kwargs", None)
+        if self.expanded is None:
+            return dict(op_kwargs) if isinstance(op_kwargs, Mapping) else {}
+        values: dict[str, Any] = {}
+        for name in self.expanded:
+            if isinstance(op_kwargs, Mapping) and name in op_kwargs:
+                values[name] = op_kwargs[name]
+            else:
+                values[name] = getattr(task, name, None)
+        return values
+
+    def __repr__(self) -> str:
+        return "taskstate.airflow.inject.InjectState"
+
+
+class ClearOnSuccess:
+    """`on_success_callback`: `[state_store] clear_on_success` wipes the task instance's state."""
+
+    def __call__(self, context: Mapping[str, Any]) -> None:
+        store = process_store()
+        if not store.settings.clear_on_success:
+            return
+        scope = task_scope(context["ti"])
+        store.task_state(scope).clear()
+        store.backend.clear(scope.meta_namespace)
+
+    def __repr__(self) -> str:
+        return "taskstate.airflow.inject.ClearOnSuccess"
+
+
+class _Meta:
+    """taskstate's own per-task-instance markers, beside (never inside) the user's keys."""
+
+    def __init__(self, store: StateStore, namespace: str) -> None:
+        self._store = store
+        self._ns = namespace
+
+    def get(self, key: str) -> Any:
+        entry = self._store.backend.get(self._ns, key)
+        return None if entry is None else json.loads(entry.value)
+
+    def set(self, key: str, value: Any) -> None:
+        now = self._store.clock()
+        days = self._store.settings.default_retention_days
+        text = json.dumps(value, separators=(",", ":"))
+        self._store.backend.set(self._ns, key, text, expires_at(None, days, now), now)

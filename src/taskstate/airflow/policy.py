@@ -1,0 +1,52 @@
+"""Airflow cluster policy (entry point group `airflow.policy`): give every task its state.
+
+Airflow applies `task_policy` to each task whenever a DAG file is parsed — by the DAG
+processor, by `dags test` / `tasks test`, and by the worker process that runs the task — so
+the callbacks below are in place wherever a task executes. On Airflow 3.3+ Airflow's own store
+is in charge and this policy does nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from airflow.policies import hookimpl
+
+from taskstate.airflow import KEEP_STATE_ATTR
+from taskstate.airflow.inject import ClearOnSuccess, InjectState
+from taskstate.airflow.versions import native_store_active
+
+
+@hookimpl  # type: ignore[untyped-decorator]  # pluggy's marker, untyped in Airflow
+def task_policy(task: Any) -> None:
+    if native_store_active():
+        return
+    attach(task)
+
+
+def attach(task: Any) -> None:
+    partial_kwargs: dict[str, Any] | None = getattr(task, "partial_kwargs", None)
+    expanded: tuple[str, ...] | None = None
+    if (
+        partial_kwargs is not None
+    ):  # callbacks go to partial_kwargs, whence each unmapped copy gets them
+        spec = task._get_specified_expand_input().value
+        expanded = tuple(spec) if isinstance(spec, dict) else None
+    inject = InjectState(
+        keep_state_on_clear=bool(getattr(task, KEEP_STATE_ATTR, False)), expanded=expanded
+    )
+    for name, callback, first in (
+        ("on_execute_callback", inject, True),
+        ("on_success_callback", ClearOnSuccess(), False),
+    ):
+        if partial_kwargs is not None:
+            partial_kwargs[name] = _with(partial_kwargs.get(name), callback, first=first)
+        else:
+            setattr(task, name, _with(getattr(task, name, None), callback, first=first))
+
+
+def _with(existing: Any, callback: Any, *, first: bool = False) -> list[Any]:
+    callbacks = [] if existing is None else [existing] if callable(existing) else list(existing)
+    # Parsing a DAG twice in one process must not stack the callbacks.
+    callbacks = [c for c in callbacks if type(c) is not type(callback)]
+    return [callback, *callbacks] if first else [*callbacks, callback]

@@ -1,0 +1,35 @@
+"""Which Airflow is installed, read from package metadata so Airflow itself is not imported."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+from functools import lru_cache
+
+# Airflow 3.3 ships its own task/asset state store (AIP-103); from there on it is in charge.
+NATIVE_STORE_SINCE = (3, 3)
+
+
+@lru_cache(maxsize=1)
+def airflow_version() -> str | None:
+    """The installed Airflow version ("3.2.2"), or None when Airflow is not installed."""
+    # Airflow 3 splits into apache-airflow-core (the code) and apache-airflow (a meta package).
+    for dist in ("apache-airflow-core", "apache-airflow"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def version_tuple(version: str) -> tuple[int, int]:
+    match = re.match(r"(\d+)\.(\d+)", version)
+    if match is None:
+        raise ValueError(f"not an Airflow version: {version!r}")
+    return int(match.group(1)), int(match.group(2))
+
+
+def native_store_active() -> bool:
+    """True on Airflow 3.3+, whose own `task_state_store` must not be shadowed."""
+    version = airflow_version()
+    return version is not None and version_tuple(version) >= NATIVE_STORE_SINCE

@@ -1,0 +1,35 @@
+"""tests/airflow runs real Airflow; scripts/test-airflow.sh picks the versions
+(TASKSTATE_AIRFLOW_VERSIONS) and runs these tests. Without that variable they are skipped."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from tests.airflow.harness import EXAMPLE_DAGS, TEST_DAGS, AirflowHome, versions
+
+DAG_FILES = [*sorted(TEST_DAGS.glob("*.py")), *sorted(EXAMPLE_DAGS.glob("*.py"))]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    if versions():
+        return
+    skip = pytest.mark.skip(reason="real Airflow: run scripts/test-airflow.sh")
+    for item in items:
+        if item.get_closest_marker("airflow"):
+            item.add_marker(skip)
+
+
+def supported() -> list[str]:
+    """The versions taskstate injects into (3.3+ has its own store)."""
+    return [v for v in versions() if tuple(map(int, v.split("."))) < (3, 3)]
+
+
+@pytest.fixture(scope="session", params=supported() or ["none"])
+def airflow_home(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AirflowHome]:
+    version = request.param
+    if version == "none":
+        pytest.skip("no Airflow version below 3.3 selected")
+    yield AirflowHome(version, tmp_path_factory.mktemp(f"airflow-{version}"), DAG_FILES)

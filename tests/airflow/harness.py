@@ -1,0 +1,162 @@
+"""Real Airflow for tests: a pinned env per version (scripts/airflow-env.sh), this checkout
+installed into it, and a throwaway AIRFLOW_HOME with a SQLite metadata DB migrated once."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from taskstate import StateStore
+from taskstate.scope import TaskScope, parse_namespace, task_prefix
+from taskstate.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+TEST_DAGS = Path(__file__).resolve().parent / "dags"
+EXAMPLE_DAGS = REPO / "examples" / "dags"
+DATE = "2025-01-01"
+_FINISHED = re.compile(r"DagRun Finished: dag_id=(\S+?),.*?state=(\w+)")
+
+
+def versions() -> list[str]:
+    return os.environ.get("TASKSTATE_AIRFLOW_VERSIONS", "").split()
+
+
+def airflow_env(version: str) -> Path:
+    """The cached, shared env for `version` (Airflow and its pins only)."""
+    out = subprocess.run(
+        ["bash", str(REPO / "scripts" / "airflow-env.sh"), version],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return Path(out.strip().splitlines()[-1])
+
+
+def checkout_overlay(env: Path, target: Path) -> Path:
+    """This checkout, built and installed into `target` (for PYTHONPATH), entry points and all.
+
+    Never into the shared env itself: other checkouts run their own taskstate on the same env.
+    """
+    if not (target / "taskstate").is_dir():
+        subprocess.run(
+            [str(REPO / ".venv" / "bin" / "uv"), "pip", "install", "--quiet", "--no-deps",
+             "--python", str(env / "bin" / "python"), "--target", str(target), str(REPO)],
+            check=True,
+        )  # fmt: skip
+    return target
+
+
+class AirflowHome:
+    def __init__(
+        self, version: str, root: Path, dag_files: Iterable[Path], extra_env: Mapping[str, str] = {}
+    ) -> None:
+        self.version = version
+        self.env = airflow_env(version)
+        self.overlay = checkout_overlay(self.env, root / "taskstate-checkout")
+        self.home = root
+        self.dags = root / "dags"
+        self.dags.mkdir(parents=True, exist_ok=True)
+        for path in dag_files:
+            shutil.copy(path, self.dags / path.name)
+        base = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+        self.environ = {
+            **base,
+            "AIRFLOW_HOME": str(root),
+            "AIRFLOW__CORE__DAGS_FOLDER": str(self.dags),
+            "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+            "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+            "PATH": f"{self.env / 'bin'}:{base.get('PATH', '')}",
+            "PYTHONPATH": str(self.overlay),
+            **extra_env,
+        }
+        self.airflow("db", "migrate")
+        # Registers the DAGs' assets (Airflow 3.0's `dags test` fails on unregistered ones).
+        self.airflow("dags", "reserialize")
+
+    @property
+    def airflow_version(self) -> str:
+        """The exact version pinned for this env ("3.2.2")."""
+        lock = (REPO / "requirements" / f"airflow-{self.version}.lock").read_text()
+        return re.search(r"^apache-airflow==(\S+)", lock, re.MULTILINE).group(1)  # type: ignore[union-attr]
+
+    def airflow(
+        self, *args: str, env: Mapping[str, str] = {}, check: bool = True, timeout: float = 600
+    ) -> str:
+        proc = subprocess.run(
+            [str(self.env / "bin" / "airflow"), *args],
+            env={**self.environ, **env},
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        output = proc.stdout + proc.stderr
+        log = self.home / "airflow-cli.log"
+        with log.open("a") as f:
+            f.write(f"\n===== airflow {' '.join(args)} (rc={proc.returncode})\n{output}")
+        if check and proc.returncode != 0:
+            raise AssertionError(
+                f"airflow {' '.join(args)} failed ({proc.returncode}):\n{output[-4000:]}"
+            )
+        return output
+
+    def python(self, *args: str, env: Mapping[str, str] = {}) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(self.env / "bin" / "python"), *args],
+            env={**self.environ, **env},
+            cwd=self.home,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    def doctor(self, env: Mapping[str, str] = {}) -> dict[str, tuple[str, str]]:
+        proc = self.python("-m", "taskstate", "doctor", "--json", env=env)
+        return {c["check"]: (c["status"], c["detail"]) for c in json.loads(proc.stdout)}
+
+    def dags_test(
+        self,
+        dag_id: str,
+        date: str | None = None,
+        *,
+        env: Mapping[str, str] = {},
+        expect: str = "success",
+    ) -> str:
+        dated = [date] if date else []
+        output = self.airflow("dags", "test", dag_id, *dated, env=env, check=False)
+        states = [s for d, s in _FINISHED.findall(output) if d == dag_id]
+        assert states and states[-1] == expect, (
+            f"{dag_id} on Airflow {self.version}: run {states or 'never finished'}, "
+            f"expected {expect}\n{output[-6000:]}"
+        )
+        return output
+
+    def store(self) -> StateStore:
+        return StateStore(f"sqlite:///{self.home}/taskstate.db", settings=Settings())
+
+    def run_ids(self, dag_id: str) -> set[str]:
+        with self.store() as store:
+            return {
+                parse_namespace(row.namespace).run_id  # type: ignore[union-attr]
+                for row in store.backend.scan(task_prefix(dag_id))
+            }
+
+    def task_states(self, dag_id: str, task_id: str) -> dict[int, dict[str, Any]]:
+        """map_index -> {key: value} for `task_id`'s state in the DAG's (only) run."""
+        found: dict[int, dict[str, Any]] = {}
+        runs = set()
+        with self.store() as store:
+            for row in store.backend.scan(task_prefix(dag_id)):
+                scope = parse_namespace(row.namespace)
+                assert isinstance(scope, TaskScope)
+                if scope.task_id == task_id:
+                    runs.add(scope.run_id)
+                    found.setdefault(scope.map_index, {})[row.key] = store.load_value(row.value)
+        assert len(runs) <= 1, f"state of {dag_id}.{task_id} under several runs: {runs}"
+        return found

@@ -1,0 +1,48 @@
+"""Airflow 3.3+: its own store stays in charge. taskstate injects nothing, and DAG code written
+against taskstate (the example DAGs, `from taskstate import NEVER_EXPIRE`) runs unchanged."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tests.airflow.conftest import DAG_FILES
+from tests.airflow.harness import AirflowHome, versions
+
+pytestmark = pytest.mark.airflow
+
+NATIVE = [v for v in versions() if tuple(map(int, v.split("."))) >= (3, 3)]
+
+
+@pytest.fixture(scope="module", params=NATIVE or ["none"])
+def native_home(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AirflowHome]:
+    if request.param == "none":
+        pytest.skip("no Airflow 3.3+ selected")
+    yield AirflowHome(request.param, tmp_path_factory.mktemp(f"airflow-{request.param}"), DAG_FILES)
+
+
+def test_native_store_in_charge_and_never_expire_equal(native_home: AirflowHome) -> None:
+    native_home.dags_test("ts_coexist")
+    report = json.loads((native_home.home / "coexist.json").read_text())
+    assert report["store_module"].startswith("airflow.")
+    assert report["never_expire_equal"] is True
+    assert report["get"] == 1
+
+
+@pytest.mark.parametrize(
+    "dag_id", ["etl_with_checkpoint", "process_partitions", "producer", "consumer"]
+)
+def test_examples_run_unchanged(native_home: AirflowHome, dag_id: str) -> None:
+    native_home.dags_test(dag_id)
+    # Nothing went to taskstate's own file: no double injection.
+    db = Path(native_home.home, "taskstate.db")
+    assert not db.exists() or not list(native_home.store().backend.scan())
+
+
+def test_doctor_says_the_native_store_is_in_charge(native_home: AirflowHome) -> None:
+    status, detail = native_home.doctor()["state store in charge"]
+    assert status == "ok" and detail.startswith("Airflow's own")

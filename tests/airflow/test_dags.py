@@ -1,0 +1,124 @@
+"""The focused DAGs and the skill's example DAGs under `airflow dags test` / `tasks test`, on
+every Airflow taskstate injects into (2.10, 2.11, 3.0, 3.1, 3.2)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from tests.airflow.harness import DATE, AirflowHome
+
+from taskstate.scope import task_prefix
+
+pytestmark = pytest.mark.airflow
+
+
+def test_every_task_gets_its_stores(airflow_home: AirflowHome) -> None:
+    airflow_home.dags_test("ts_inject")
+    seen = {
+        task: airflow_home.task_states("ts_inject", task)[-1]["seen"]
+        for task in ("from_context", "from_param", "one_asset", "two_assets", "classic")
+    }
+    dag_id, _run_id, task_id, map_index = seen["from_context"]["ti"]
+    assert (dag_id, task_id, map_index) == ("ts_inject", "from_context", -1)
+    # A task without assets gets no asset_state_store, as on Airflow 3.3.
+    assert seen["from_context"]["asset_key"] is False
+    assert seen["from_param"]["asset_param"] is False
+    assert seen["classic"] == {"classic": True}
+    assert seen["one_asset"]["by_index"] == "one"
+    assert seen["one_asset"]["undeclared"] == ["AssetNotDeclaredError", True, False]
+    # Same asset, another task: same state. Two assets: the sugar refuses to guess.
+    assert seen["two_assets"]["a_from_other_task"] == "one"
+    assert seen["two_assets"]["ambiguous"] == ["AmbiguousAssetError", False, True]
+
+
+def test_retries_share_state(airflow_home: AirflowHome) -> None:
+    if not airflow_home.task_states("ts_inject", "retried"):
+        airflow_home.dags_test("ts_inject")
+    assert airflow_home.task_states("ts_inject", "retried")[-1]["tries"] == [1, 2, 3]
+
+
+def test_map_indices_are_isolated(airflow_home: AirflowHome) -> None:
+    if not airflow_home.task_states("ts_inject", "mapped"):
+        airflow_home.dags_test("ts_inject")
+    states = airflow_home.task_states("ts_inject", "mapped")
+    assert states == {i: {"before": "none", "x": x} for i, x in enumerate("pqr")}
+
+
+def test_tasks_test_path(airflow_home: AirflowHome) -> None:
+    with airflow_home.store() as store:
+        store.backend.clear_prefix(task_prefix("ts_inject"))
+    airflow_home.airflow("tasks", "test", "ts_inject", "classic", DATE)
+    assert airflow_home.task_states("ts_inject", "classic") == {-1: {"seen": {"classic": True}}}
+
+
+def test_rerun_starts_over_unless_kept_and_reexpansion_starts_over(
+    airflow_home: AirflowHome,
+) -> None:
+    airflow_home.dags_test("ts_rerun", DATE, env={"TS_ITEMS": json.dumps(["a", "b"])})
+    (run_id,) = airflow_home.run_ids("ts_rerun")
+    airflow_home.airflow("tasks", "clear", "ts_rerun", "--yes")
+    # The re-run, one task instance at a time; meanwhile the mapped list changed at index 0.
+    changed = {"TS_ITEMS": json.dumps(["x", "b"])}
+    for task_id, map_index in (("fresh", -1), ("kept", -1), ("work", 0), ("work", 1)):
+        airflow_home.airflow(
+            "tasks", "test", "ts_rerun", task_id, run_id, "--map-index", str(map_index), env=changed
+        )
+    assert airflow_home.task_states("ts_rerun", "fresh") == {-1: {"runs": 1}}
+    assert airflow_home.task_states("ts_rerun", "kept") == {-1: {"runs": 2}}
+    # Index 0 now holds "x", not "a": its old state was another item's, so it starts over
+    # even though the task keeps state on clear. Index 1 holds "b" again: kept.
+    assert airflow_home.task_states("ts_rerun", "work") == {
+        0: {"first_item": "x", "runs": 1},
+        1: {"first_item": "b", "runs": 2},
+    }
+
+
+def test_clear_on_success(airflow_home: AirflowHome) -> None:
+    airflow_home.dags_test(
+        "ts_clear_on_success",
+        env={"AIRFLOW__STATE_STORE__CLEAR_ON_SUCCESS": "True"},
+        expect="failed",
+    )
+    assert airflow_home.task_states("ts_clear_on_success", "succeeds") == {}
+    assert airflow_home.task_states("ts_clear_on_success", "fails") == {-1: {"k": 1}}
+
+
+def test_example_etl_with_checkpoint(airflow_home: AirflowHome) -> None:
+    airflow_home.dags_test("etl_with_checkpoint")
+    assert airflow_home.task_states("etl_with_checkpoint", "process_records") == {
+        -1: {"last_cursor": 20}
+    }
+
+
+def test_example_process_partition(airflow_home: AirflowHome) -> None:
+    airflow_home.dags_test("process_partitions")
+    assert airflow_home.task_states("process_partitions", "process_partition") == {
+        i: {"cursor": 5, "partition_id": i} for i in range(4)
+    }
+
+
+def test_example_asset_producer_and_consumer(airflow_home: AirflowHome) -> None:
+    airflow_home.dags_test("producer")
+    output = airflow_home.dags_test("consumer")
+    with airflow_home.store() as store:
+        assets = {
+            row.namespace: json.loads(row.value)
+            for row in store.backend.scan("a\x1f")
+            if row.key == "last_run_summary"
+        }
+    (summary,) = assets.values()
+    assert summary["rows_loaded"] == 3
+    assert "Processing 3 rows up to" in output
+
+
+def test_doctor_reports_the_injection_and_warns_on_sqlite_with_celery(
+    airflow_home: AirflowHome,
+) -> None:
+    checks = airflow_home.doctor(env={"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"})
+    assert checks["airflow"] == ("ok", f"Airflow {airflow_home.airflow_version}")
+    assert checks["state store in charge"][1].startswith("taskstate")
+    assert checks["injection"][0] == "ok"
+    status, detail = checks["executor"]
+    assert status == "warn" and "taskstate_url = postgresql://" in detail
+    assert airflow_home.doctor()["executor"][0] == "ok"
