@@ -289,3 +289,16 @@ def test_asset_rule_reads_inlets_from_the_operator_that_runs_a_callable() -> Non
     findings = lint_source(text, "d.py", LintConfig(), NATIVE).findings
     assert [(f.code, f.line) for f in findings] == [("TS505", 7)]
     assert "outlets=[ORDERS, CUSTOMERS]" in findings[0].after
+
+
+def test_variable_default_carries_over_in_both_airflow_spellings() -> None:
+    for spelling in ("default_var", "default"):
+        text = (
+            "from airflow.sdk import Variable, task\n@task\ndef f(task_state_store=None):\n"
+            f"    return Variable.get('export_cursor', {spelling}=0)\n"
+        )
+        ((code, _, after),) = lint_text(text)
+        assert (code, after) == (
+            "TS105",
+            "return task_state_store.get('export_cursor', default=0)",
+        )
