@@ -185,7 +185,8 @@ def _store_call(src: Source, use: _Use, store: str) -> str:
     if use.write:
         value = argument(call, 1, "value")
         return f"{store}.set({key}, {src.segment(value) if value is not None else '...'})"
-    default = argument(call, 1, "default_var")
+    # Airflow 2 says default_var=, the Airflow 3 SDK says default=
+    default = argument(call, 1, "default_var") or argument(call, 1, "default")
     return f"{store}.get({key}" + (f", default={src.segment(default)})" if default else ")")
 
 
