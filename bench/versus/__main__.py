@@ -156,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
                     entry["results"] = function(home, n, runs, work, stores)
                 except Skipped as why:
                     entry["skipped"] = str(why)
+                except Exception as error:  # one broken workload must not lose the others
+                    log(f"{name} on {side.name} FAILED: {error}")
+                    entry["skipped"] = f"**failed**: {error}"
                 record["workloads"][name] = entry
                 _save(data_path, side.name, record)
             stack.close()  # this side's PostgreSQL server, if any
