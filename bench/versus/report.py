@@ -50,7 +50,7 @@ def _crash_rows(section: Section) -> tuple[list[str], list[list[str]]]:
         "kill point",
         "side",
         "logical jobs",
-        "finished on try 2 (try 1 killed)",
+        "finished on a retry (try 1 killed)",
         "jobs created per logical job",
         "submit calls",
         "returned the job's result",
