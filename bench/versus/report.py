@@ -55,6 +55,7 @@ def _crash_rows(section: Section) -> tuple[list[str], list[list[str]]]:
         "submit calls",
         "returned the job's result",
         "returned None",
+        "tries that returned",
     ]
     rows = []
     for side, runs in section.results.items():
@@ -72,6 +73,7 @@ def _crash_rows(section: Section) -> tuple[list[str], list[list[str]]]:
                     f"{sum(j['submits'] for j in jobs):.0f}",
                     f"{sum(j['correct'] for j in jobs):.0f} / {len(jobs)}",
                     f"{sum(j['none'] for j in jobs):.0f} / {len(jobs)}",
+                    f"{sum(j.get('returns', 1) for j in jobs):.0f}",
                 ]
             )
     return header, rows
