@@ -7,6 +7,7 @@ A result is {metric: [one dict per run]}, each dict holding "p50"/"p95" (seconds
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sqlite3
 import subprocess
@@ -293,6 +294,7 @@ def _timed(home: AirflowHome, command: list[str]) -> tuple[float, str]:
 # -- workload 5: crash scenarios -----------------------------------------------------------------
 
 JOBSYSTEM = REPO / "tests" / "resumable" / "jobsystem.py"
+POLL_JOB_S = "VERSUS_POLL_JOB_S"  # read by the crash DAG
 KILL_POINTS = ("after_submit", "during_poll")
 
 
@@ -334,6 +336,9 @@ def crash(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, st
     ):
         for kill_at in KILL_POINTS:
             reports = live.run(f"versus_crash_{kill_at}", tasks=n, timeout=1800)
+            # A poll-killed job that finished before the retry started is "already succeeded",
+            # not a reconnect: the job must outlast the retry's scheduling delay.
+            stores["job length when killed in poll"] = f"{os.environ.get(POLL_JOB_S, '30')} s"
             by_job: dict[str, list[dict[str, Any]]] = {}
             for report in reports:
                 by_job.setdefault(report["logical"], []).append(report)
