@@ -84,7 +84,13 @@ WORKLOADS: dict[str, tuple[Workload, int, int, str, str]] = {
         "system accepted the job (before the mixin can store its id) or while polling a "
         "running job; Airflow retries. Jobs created are what the job system would bill. "
         "taskstate's operator passes the mixin's idempotency token (the job system dedupes "
-        "by it) and implements `find_job`; Airflow 3.3.2's mixin has neither.",
+        "by it) and implements `find_job`; Airflow 3.3.2's mixin has neither. A retry "
+        "*reconnects* only if the polled job is still running when it starts; if the job "
+        "already finished (the retry waited longer than the job ran), both mixins take the "
+        "already-succeeded path and return the result, so the 'returned None' column counts "
+        "Airflow 3.3.2's reconnects. 'Tries that returned' above the job count means Airflow "
+        "ran a try again after it had succeeded (seen on Airflow 2.11 after SIGKILLs); the "
+        "last try's value is the one reported.",
     ),
 }
 

@@ -338,7 +338,7 @@ def crash(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, st
             reports = live.run(f"versus_crash_{kill_at}", tasks=n, timeout=1800)
             # A poll-killed job that finished before the retry started is "already succeeded",
             # not a reconnect: the job must outlast the retry's scheduling delay.
-            stores["job length when killed in poll"] = f"{os.environ.get(POLL_JOB_S, '30')} s"
+            stores["job length when killed in poll"] = f"{os.environ.get(POLL_JOB_S, '120')} s"
             by_job: dict[str, list[dict[str, Any]]] = {}
             for report in reports:
                 by_job.setdefault(report["logical"], []).append(report)

@@ -206,7 +206,7 @@ except ImportError:
 
 CRASH_JOBS = int(os.environ.get("VERSUS_CRASH_JOBS", "20"))
 # How long a job runs once started: the poll-kill case needs it still running on the retry.
-RUN_FOR = {"after_submit": 1.0, "during_poll": float(os.environ.get("VERSUS_POLL_JOB_S", "30"))}
+RUN_FOR = {"after_submit": 1.0, "during_poll": float(os.environ.get("VERSUS_POLL_JOB_S", "120"))}
 
 
 def _job_system() -> Any:
