@@ -36,7 +36,6 @@ class Deployment:
         self.port = free_port()
         self.env = {
             **home.env,
-            **extra_env,
             "VERSUS_OUT": str(out),
             "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
             "AIRFLOW__CORE__PARALLELISM": "4",
@@ -47,6 +46,7 @@ class Deployment:
             "AIRFLOW__WEBSERVER__WEB_SERVER_PORT": str(self.port),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "1",
+            **extra_env,  # last: a workload may override the settings above
         }
         self.procs: list[subprocess.Popen[bytes]] = []
         self.runs = 0

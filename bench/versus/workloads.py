@@ -329,6 +329,9 @@ def crash(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, st
         "VERSUS_JOBS_DB": str(db),
         "VERSUS_CRASH_JOBS": str(n),
     }
+    # Every retry blocks in its poll: with fewer slots than jobs, later retries would start
+    # after their job finished and only see it succeeded, never reconnecting.
+    extra["AIRFLOW__CORE__PARALLELISM"] = str(n + 4)
     result: Runs = {}
     with (
         jobsystem.running_jobsystem(db) as jobs,
