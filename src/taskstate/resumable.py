@@ -288,6 +288,11 @@ class ResumableJobMixin(ABC):
         try:
             found = self.find_job(token, context)
         except NotImplementedError:
+            if intent.get("no_id"):  # submitted, but there is nothing to reconnect to
+                return ResumeDecision(
+                    ResumeAction.FRESH_SUBMIT,
+                    reason="the earlier submit_job returned no id (a new job, as Airflow does)",
+                )
             return ResumeDecision(
                 ResumeAction.RECOVER_FROM_INTENT,
                 token=token,
@@ -373,6 +378,7 @@ class ResumableJobMixin(ABC):
                 "(it keeps the idempotency token %s for find_job)",
                 token,
             )
+            self._resumable_mark_intent(store, token, {"no_id": True})
         else:
             self._resumable_save_id(store, external_id, token)
         self.poll_until_complete(external_id, context)
