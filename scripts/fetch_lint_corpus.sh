@@ -13,6 +13,7 @@ if [ -f "$DEST/.complete" ]; then exit 0; fi
 WHEELS=(
   apache-airflow-core==3.3.2
   apache-airflow==2.10.5
+  apache-airflow==1.10.15
   apache-airflow-providers-standard==1.21.0
   apache-airflow-providers-common-sql==2.4.0
 )
@@ -33,7 +34,9 @@ SDISTS=(
 dl="$DEST/.downloads"
 mkdir -p "$dl/wheels" "$dl/sdists"
 quiet() { "$@" 2> >(grep -v "^WARNING: Location" >&2); }
-quiet "$PIP" download --quiet --no-deps --only-binary :all: -d "$dl/wheels" "${WHEELS[@]}"
+for wheel in "${WHEELS[@]}"; do  # one at a time: two versions of one project cannot share a call
+  quiet "$PIP" download --quiet --no-deps --only-binary :all: -d "$dl/wheels" "$wheel"
+done
 quiet "$PIP" download --quiet --no-deps --no-binary :all: -d "$dl/sdists" "${SDISTS[@]}"
 "${PYTHON:-.venv/bin/python}" - "$dl" "$DEST" <<'PY'
 import hashlib, re, sys, tarfile, zipfile

@@ -107,6 +107,20 @@ def _accepts_durable(init: Callable[..., None]) -> Callable[..., None]:
     return __init__
 
 
+def _partial_with_durable(cls: Any) -> classmethod[Any, ..., Any]:
+    """Airflow's `.partial()` keeps only BaseOperator's own keys from the `default_args` given
+    to it, so `.partial(default_args={"durable": False})` would be lost: pass it on by name."""
+
+    def partial(klass: Any, **kwargs: Any) -> Any:
+        default_args = kwargs.get("default_args")
+        inherited = isinstance(default_args, Mapping) and "durable" in default_args
+        if inherited and "durable" not in kwargs:
+            kwargs["durable"] = default_args["durable"]  # type: ignore[index]
+        return super(cls, klass).partial(**kwargs)
+
+    return classmethod(partial)
+
+
 def _with_durable(signature: inspect.Signature) -> inspect.Signature:
     params = list(signature.parameters.values())
     if "durable" in signature.parameters:
@@ -150,6 +164,8 @@ class ResumableJobMixin(ABC):
         # (Airflow's BaseOperator's), gets the wrapper; Airflow's metaclass then wraps that.
         if not getattr(cls.__init__, "_taskstate_accepts_durable", False):
             cls.__init__ = _accepts_durable(cls.__init__)  # type: ignore[method-assign]
+        if hasattr(cls, "partial") and "partial" not in cls.__dict__:
+            cls.partial = _partial_with_durable(cls)
 
     def __init__(self, *args: Any, durable: Any = _MISSING, **kwargs: Any) -> None:
         # Reached with `durable` only when a subclass forwards it explicitly (Airflow 3.3's
@@ -272,6 +288,11 @@ class ResumableJobMixin(ABC):
         try:
             found = self.find_job(token, context)
         except NotImplementedError:
+            if intent.get("no_id"):  # submitted, but there is nothing to reconnect to
+                return ResumeDecision(
+                    ResumeAction.FRESH_SUBMIT,
+                    reason="the earlier submit_job returned no id (a new job, as Airflow does)",
+                )
             return ResumeDecision(
                 ResumeAction.RECOVER_FROM_INTENT,
                 token=token,
@@ -357,6 +378,7 @@ class ResumableJobMixin(ABC):
                 "(it keeps the idempotency token %s for find_job)",
                 token,
             )
+            self._resumable_mark_intent(store, token, {"no_id": True})
         else:
             self._resumable_save_id(store, external_id, token)
         self.poll_until_complete(external_id, context)

@@ -107,6 +107,9 @@ def durable_cases(cls: type) -> dict[str, Any]:
         with dag(f"{cls.__name__}_partial"):
             mapped = cls.partial(task_id="m", durable=False).expand(size=[1, 2])
             out["partial"] = mapped.unmap({"size": 1}).durable
+        with dag(f"{cls.__name__}_partial_task_defaults"):
+            mapped = cls.partial(task_id="m", default_args={"durable": False}).expand(size=[1])
+            out["partial_task_default_args"] = mapped.unmap({"size": 1}).durable
         with dag(f"{cls.__name__}_partial_defaults", durable=False):
             mapped = cls.partial(task_id="m").expand(size=[1, 2])
             out["partial_dag_default_args"] = mapped.unmap({"size": 1}).durable

@@ -6,13 +6,14 @@ The corpus is rebuilt from PyPI by scripts/fetch_lint_corpus.sh; without it this
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 from pathlib import Path
 
 import pytest
 
-from taskstate.lint import AirflowVersion, LintConfig, lint_paths
+from taskstate.lint import AirflowVersion, LintConfig, fixes, lint_paths, lint_source
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = Path(os.environ.get("TASKSTATE_LINT_CORPUS", ROOT / ".cache" / "lint-corpus"))
@@ -57,3 +58,23 @@ def test_corpus_findings_match_the_hand_review() -> None:
 def test_review_table_is_readable() -> None:
     rows = reviewed()
     assert rows, "no finding rows parsed from corpus_findings.md"
+
+
+@pytest.mark.skipif(
+    not (CORPUS / ".complete").exists(),
+    reason="lint corpus not fetched (bash scripts/fetch_lint_corpus.sh)",
+)
+def test_fixes_on_code_nobody_here_wrote_parse_and_lint_clean() -> None:
+    version = AirflowVersion.parse("3.3", "test")
+    config = LintConfig(root=CORPUS)
+    fixed_files = 0
+    for result in lint_paths([CORPUS], config, version):
+        if result.text is None or not any(f.fix for f in result.findings):
+            continue
+        text, applied = fixes.apply(result.text, result.findings)
+        assert applied == sum(1 for f in result.findings if f.fix), result.path
+        ast.parse(text)
+        again = lint_source(text, result.path, config, version)
+        assert not [f for f in again.findings if f.fix], result.path
+        fixed_files += 1
+    assert fixed_files >= 1

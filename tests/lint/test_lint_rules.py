@@ -274,3 +274,43 @@ def test_xcom_argument_positions_of_task_instance_and_base_operator() -> None:
         "    ti.xcom_push('offset', 1)\n"
     )
     assert [c for c, _, _ in lint_text(text)] == ["TS201"]
+
+
+def test_asset_rule_reads_inlets_from_the_operator_that_runs_a_callable() -> None:
+    text = (
+        "from airflow.sdk import Asset\n"
+        "from airflow.providers.standard.operators.python import PythonOperator\n"
+        'ORDERS = Asset("orders")\nCUSTOMERS = Asset("customers")\n'
+        "def load(**context):\n"
+        '    context["asset_state_store"][ORDERS].set("w", "x")\n'
+        '    context["asset_state_store"][CUSTOMERS].get("w")\n'
+        "PythonOperator(task_id='load', python_callable=load, outlets=[ORDERS])\n"
+    )
+    findings = lint_source(text, "d.py", LintConfig(), NATIVE).findings
+    assert [(f.code, f.line) for f in findings] == [("TS505", 7)]
+    assert "outlets=[ORDERS, CUSTOMERS]" in findings[0].after
+
+
+def test_variable_default_carries_over_in_both_airflow_spellings() -> None:
+    for spelling in ("default_var", "default"):
+        text = (
+            "from airflow.sdk import Variable, task\n@task\ndef f(task_state_store=None):\n"
+            f"    return Variable.get('export_cursor', {spelling}=0)\n"
+        )
+        ((code, _, after),) = lint_text(text)
+        assert (code, after) == (
+            "TS105",
+            "return task_state_store.get('export_cursor', default=0)",
+        )
+
+
+def test_a_state_variable_templated_into_an_operator_is_a_possible_state_read() -> None:
+    text = (
+        '"""Docs: {{ var.value.some_cursor }} in a docstring is documentation."""\n'
+        "task = BashOperator(task_id='t',\n"
+        "    bash_command='load --since {{ var.value.last_execution_date_succes }}',\n"
+        "    env={'BUCKET': '{{ var.value.data_bucket }}'})\n"
+    )
+    found = lint_text(text)
+    assert [code for code, _, _ in found] == ["TS105"]
+    assert 'asset_state_store[MY_ASSET].get("last_execution_date_succes")' in found[0][2]

@@ -22,8 +22,8 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 PENDING, RUNNING, SUCCEEDED, FAILED, UNKNOWN = (
     "PENDING",
@@ -56,8 +56,9 @@ CREATE TABLE IF NOT EXISTS submissions (
 """
 
 
-@dataclass(frozen=True)
-class Submission:
+class Submission(NamedTuple):
+    # A NamedTuple, not a dataclass: loaders that exec this file without registering it in
+    # sys.modules (bench/versus, its DAGs) break dataclasses under postponed annotations.
     logical: str
     token: str | None
     job_id: int

@@ -25,9 +25,9 @@ RETRY_DECISIONS = {
 @pytest.mark.parametrize("kill_at", KILL_POINTS)
 @pytest.mark.parametrize("system", ["client-token", "find_job"])
 def test_one_job_and_the_right_result_whatever_the_kill_point(
-    env: Env, jobs: JobSystem, system: str, kill_at: str
+    any_env: Env, jobs: JobSystem, system: str, kill_at: str
 ) -> None:
-    scenario = run_scenario(env, jobs, SYSTEMS[system], kill_at=kill_at)
+    scenario = run_scenario(any_env, jobs, SYSTEMS[system], kill_at=kill_at)
     killed, retry = scenario.tries[0], scenario.tries[1]
     assert killed.killed_at == kill_at
     assert retry.decision in RETRY_DECISIONS[kill_at]

@@ -347,3 +347,46 @@ def test_works_on_a_store_without_compare_and_set(state) -> None:
     jobs.next_id = 101
     assert Op(jobs).execute_resumable(ctx) == {"result_of": 101}
     assert state.get("job_id__intent")["attempt"] == 2
+
+
+def test_a_job_without_an_id_is_submitted_again_under_a_new_token(ctx, state) -> None:
+    """`submit_job` returning None: nothing to reconnect to, so a retry submits anew (as
+    Airflow does), even under on_lost_submission="fail"."""
+
+    class NoId(Op):
+        on_lost_submission = "fail"
+
+        def submit_job(self, context: Any) -> Any:
+            super().submit_job(context)
+            return None
+
+        def poll_until_complete(self, external_id: Any, context: Any) -> None:
+            raise RuntimeError("the job failed")
+
+    jobs = Jobs()
+    with pytest.raises(RuntimeError, match="the job failed"):
+        NoId(jobs).execute_resumable(ctx)
+    assert state.get("job_id") is None
+    decision = NoId(jobs).resume_decision(ctx)
+    assert (decision.action, decision.token) == (ResumeAction.FRESH_SUBMIT, None)
+    with pytest.raises(RuntimeError, match="the job failed"):
+        NoId(jobs).execute_resumable(ctx)
+    first, second = jobs.submitted
+    assert first != second
+
+
+def test_find_job_can_recover_a_job_whose_submit_returned_no_id(ctx, state) -> None:
+    class NoIdFinding(FindingOp):
+        def submit_job(self, context: Any) -> Any:
+            super().submit_job(context)
+            return None
+
+    jobs = Jobs()
+    NoIdFinding(jobs).execute_resumable(ctx)
+    jobs.set(100, "RUNNING")
+    decision = NoIdFinding(jobs).resume_decision(ctx)
+    assert (decision.action, decision.external_id, decision.recovered) == (
+        ResumeAction.RECONNECT,
+        100,
+        True,
+    )

@@ -309,7 +309,7 @@ class PostgresBackend(StateBackend):
                 ) from exc.__cause__
             except (psycopg.Error, PoolTimeout) as exc:
                 if not _is_transient(exc):
-                    raise
+                    raise BackendError(f"PostgreSQL at {self.server}: {exc}") from exc
                 last: BaseException = exc
             attempts += 1
             now = time.monotonic()
@@ -318,7 +318,7 @@ class PostgresBackend(StateBackend):
                 raise BackendUnavailableError(
                     f"PostgreSQL at {self.server} is unavailable: {attempts} attempts over "
                     f"{self._retry_window_s:.0f}s failed; last error: {self._reason(last)}. "
-                    "Nothing was written by the failed call"
+                    "A write either landed whole before the outage or not at all"
                 ) from last
             time.sleep(delay)
             delay = min(delay * 2, 2.0)

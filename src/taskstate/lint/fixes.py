@@ -72,7 +72,7 @@ def diff(path: str, before: str, after: str) -> str:
         difflib.unified_diff(
             physical_lines(before),
             physical_lines(after),
-            fromfile=f"a/{path}",
-            tofile=f"b/{path}",
+            fromfile=path if path.startswith("/") else f"a/{path}",
+            tofile=path if path.startswith("/") else f"b/{path}",
         )
     )

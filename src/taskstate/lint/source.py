@@ -38,10 +38,7 @@ class Function:
         return self.node.name
 
     def task_keywords(self) -> dict[str, ast.expr]:
-        dec = self.task_decorator
-        if isinstance(dec, ast.Call):
-            return {kw.arg: kw.value for kw in dec.keywords if kw.arg is not None}
-        return {}
+        return call_keywords(self.task_decorator)
 
     def param_names(self) -> list[str]:
         args = self.node.args
@@ -388,6 +385,13 @@ def argument(call: ast.Call, position: int, name: str) -> ast.expr | None:
     if len(call.args) > position and not isinstance(call.args[position], ast.Starred):
         return call.args[position]
     return None
+
+
+def call_keywords(node: ast.expr | None) -> dict[str, ast.expr]:
+    """The named keyword arguments of a call (`@task(inlets=...)`); {} for anything else."""
+    if isinstance(node, ast.Call):
+        return {kw.arg: kw.value for kw in node.keywords if kw.arg is not None}
+    return {}
 
 
 def keyword(call: ast.Call, name: str) -> ast.keyword | None:

@@ -14,7 +14,14 @@ from dataclasses import dataclass
 
 from taskstate.lint.checks.base import JOB_ID_KEY, Context, shown, with_note
 from taskstate.lint.finding import Finding
-from taskstate.lint.source import Function, Source, argument, keyword, literal_text
+from taskstate.lint.source import (
+    Function,
+    Source,
+    argument,
+    call_keywords,
+    keyword,
+    literal_text,
+)
 
 _TASK, _ASSETS, _ASSET = "task_state_store", "asset_state_store", "asset"
 _KEY_METHODS = frozenset({"get", "set", "delete", "aget", "aset", "adelete", "update"})
@@ -83,13 +90,9 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
                         "# run from a downstream task once all indices are done"
                     ),
                 )
-        if (
-            func.task_decorator is not None
-            and func.name not in src.overridden
-            # an @asset function is its own outlet: its inlets/outlets are not in the decorator
-            and (src.decorator_name(func.task_decorator) or "").split(".")[0] == "task"
-        ):
-            yield from _undeclared_assets(src, ctx, func)
+        declaration = _declaration(src, func)
+        if declaration is not None:
+            yield from _undeclared_assets(src, ctx, func, declaration)
 
 
 def _bindings(func: Function) -> dict[str, _Kind]:
@@ -322,8 +325,33 @@ def _mapped_asset_key(
 
 
 # --- TS505: an asset the task does not declare ---------------------------------------------------
-def _undeclared_assets(src: Source, ctx: Context, func: Function) -> Iterator[Finding]:
-    declared = _declared_assets(src, func)
+def _declaration(src: Source, func: Function) -> ast.expr | None:
+    """Where the task's inlets/outlets are written: its `@task(...)` decorator, or the one
+    operator call that runs it as `python_callable`; None when that cannot be pinned down."""
+    dec = func.task_decorator
+    if dec is not None:
+        # an @asset function is its own outlet: its inlets/outlets are not in the decorator
+        kind = (src.decorator_name(dec) or "").split(".")[0]
+        return dec if kind == "task" and func.name not in src.overridden else None
+    if func.cls is not None or not func.is_task:
+        return None
+    runners = [
+        call
+        for call, _ in src.calls
+        if any(
+            kw.arg == "python_callable"
+            and isinstance(kw.value, ast.Name)
+            and kw.value.id == func.name
+            for kw in call.keywords
+        )
+    ]
+    return runners[0] if len(runners) == 1 else None
+
+
+def _undeclared_assets(
+    src: Source, ctx: Context, func: Function, declaration: ast.expr
+) -> Iterator[Finding]:
+    declared = _declared_assets(src, declaration)
     if declared is None:
         return
     # names that ever held the collection: `asset_state_store = asset_state_store[A]` rebinds
@@ -347,26 +375,22 @@ def _undeclared_assets(src: Source, ctx: Context, func: Function) -> Iterator[Fi
         if _asset_identity(src, asset) in declared:
             continue
         name = src.segment(asset)
-        dec = func.task_decorator
-        assert dec is not None
         yield ctx.finding(
             src,
             "TS505",
             node,
             task=func.name,
             asset=name,
-            before=src.lines_of(dec) + "\n...\n" + src.lines_of(node),
-            after=_declare_after(src, func, name),
+            before=src.lines_of(declaration, limit=3) + "\n...\n" + src.lines_of(node),
+            after=_declare_after(src, declaration, name),
         )
 
 
-def _declared_assets(src: Source, func: Function) -> set[str] | None:
+def _declared_assets(src: Source, declaration: ast.expr) -> set[str] | None:
     """Identities of the task's inlets and outlets; None when they cannot all be read."""
-    keywords = func.task_keywords()
-    if isinstance(func.task_decorator, ast.Call) and any(
-        kw.arg is None for kw in func.task_decorator.keywords
-    ):
-        return None  # @task(**options): unknown
+    keywords = call_keywords(declaration)
+    if isinstance(declaration, ast.Call) and any(kw.arg is None for kw in declaration.keywords):
+        return None  # @task(**options) / Operator(**options): unknown
     declared: set[str] = set()
     for name in ("inlets", "outlets"):
         value = keywords.get(name)
@@ -417,19 +441,15 @@ def _module_level(src: Source, func: Function, node: ast.expr) -> bool:
     return head.id in src.values or head.id in src.imports
 
 
-def _declare_after(src: Source, func: Function, asset: str) -> str:
-    dec = func.task_decorator
-    assert isinstance(dec, ast.Call | ast.Attribute | ast.Name)
-    keywords = func.task_keywords()
-    if isinstance(dec, ast.Call) and "outlets" in keywords:
-        outlets = keywords["outlets"]
-        if isinstance(outlets, ast.List):
-            items = [src.segment(e) for e in outlets.elts] + [asset]
-            return src.lines_with(outlets, "[" + ", ".join(items) + "]")
-    if isinstance(dec, ast.Call) and "inlets" in keywords:
-        inlets = keywords["inlets"]
-        if isinstance(inlets, ast.List):
-            items = [src.segment(e) for e in inlets.elts] + [asset]
-            return src.lines_with(inlets, "[" + ", ".join(items) + "]")
-    head = src.segment(dec.func if isinstance(dec, ast.Call) else dec)
-    return f"@{head}(inlets=[{asset}])  # or outlets=[{asset}] when the task writes it"
+def _declare_after(src: Source, declaration: ast.expr, asset: str) -> str:
+    keywords = call_keywords(declaration)
+    for name in ("outlets", "inlets"):
+        declared = keywords.get(name)
+        if isinstance(declared, ast.List):
+            items = [src.segment(e) for e in declared.elts] + [asset]
+            return src.lines_with(declared, "[" + ", ".join(items) + "]")
+    note = f"  # or outlets=[{asset}] when the task writes it"
+    if isinstance(declaration, ast.Call) and not src.is_task_decorator(declaration):
+        return f"{src.segment(declaration.func)}(..., inlets=[{asset}]){note}"  # an operator
+    head = src.segment(declaration.func if isinstance(declaration, ast.Call) else declaration)
+    return f"@{head}(inlets=[{asset}]){note}"
