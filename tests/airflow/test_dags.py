@@ -60,12 +60,14 @@ def test_rerun_starts_over_unless_kept_and_reexpansion_starts_over(
     (run_id,) = airflow_home.run_ids("ts_rerun")
     before = airflow_home.task_states("ts_rerun", "fresh")[-1]["max_tries"]
     airflow_home.airflow("tasks", "clear", "ts_rerun", "--yes")
-    if airflow_home.version == "3.0":
-        # Airflow 3.0's `tasks test` cannot start a task of a cleared run (its start_date is
-        # None, which 3.0's TIRunContext rejects); a scheduler would set it when it starts.
+    if airflow_home.version in ("3.0", "3.1"):
+        # Their `tasks test` cannot start a task of a cleared run (its start_date is None,
+        # which their TIRunContext rejects); a scheduler sets it when the run starts again.
         with sqlite3.connect(airflow_home.home / "airflow.db") as db:
-            db.execute("UPDATE dag_run SET start_date = queued_at WHERE dag_id = 'ts_rerun'")
-            db.execute("UPDATE dag_run SET start_date = logical_date WHERE start_date IS NULL")
+            db.execute(
+                "UPDATE dag_run SET start_date = COALESCE(queued_at, logical_date)"
+                " WHERE dag_id = 'ts_rerun' AND start_date IS NULL"
+            )
     # The re-run, one task instance at a time; meanwhile the mapped list changed at index 0.
     changed = {"TS_ITEMS": json.dumps(["x", "b"])}
     for task_id, map_index in (("fresh", -1), ("kept", -1), ("work", 0), ("work", 1)):
