@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import shutil
 import sys
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         help="report path (default bench/RESULTS.md; smoke: <workdir>/RESULTS.md)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the work dir (logs, DBs)")
+    parser.add_argument(
+        "--render", action="store_true", help="only re-render the report from its .json"
+    )
     args = parser.parse_args(argv)
     runs = args.runs or (1 if args.smoke else 3)
     chosen = args.only.split(",") if args.only else list(WORKLOADS)
@@ -120,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
     # Raw figures per side, kept next to the report, so sides measured in separate runs
     # (`--sides`) still make one report; each side says when and at which commit it ran.
     data_path = output.with_suffix(".json")
-    data = json.loads(data_path.read_text()) if data_path.exists() else {"sides": {}}
+    if args.render:
+        sides = []
     stack = contextlib.ExitStack()
     try:
         for side in sides:
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
                 url = stack.enter_context(_postgres()).url
             side.prepare()
             home = AirflowHome(side, work / f"{side.airflow}-{side.backend}" / "home", url)
-            record = data["sides"].setdefault(side.name, {"workloads": {}})
+            record: dict[str, Any] = {"workloads": {}}
             record.update(
                 describe=_describe(side),
                 commit=commit(),
@@ -146,16 +151,17 @@ def main(argv: list[str] | None = None) -> int:
                 n = smoke_n if args.smoke else full_n
                 log(f"{name} on {side.name}")
                 stores: dict[str, str] = {}
-                entry: dict[str, Any] = {"n": n, "stores": stores}
+                entry: dict[str, Any] = {"n": n, "stores": stores, "runs": runs}
                 try:
                     entry["results"] = function(home, n, runs, work, stores)
                 except Skipped as why:
                     entry["skipped"] = str(why)
                 record["workloads"][name] = entry
-                data_path.write_text(json.dumps(data, indent=1) + "\n")
+                _save(data_path, side.name, record)
             stack.close()  # this side's PostgreSQL server, if any
     finally:
         stack.close()
+        data = json.loads(data_path.read_text()) if data_path.exists() else {"sides": {}}
         text = render(_sections(data), data["sides"], baseline=SIDES["A"].name)
         output.write_text(text + "\n")
         print(text)
@@ -165,6 +171,21 @@ def main(argv: list[str] | None = None) -> int:
         else:
             shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _save(path: Path, side: str, record: dict[str, Any]) -> None:
+    """Replace one side's figures (and its workloads measured so far) in the .json, under a
+    lock, so concurrent runs of different sides both land."""
+    import fcntl
+
+    key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
+    lock_path = Path(tempfile.gettempdir()) / f"versus-{key}.lock"
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        data = json.loads(path.read_text()) if path.exists() else {"sides": {}}
+        old = data["sides"].get(side, {}).get("workloads", {})
+        data["sides"][side] = {**record, "workloads": {**old, **record["workloads"]}}
+        path.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def _sections(data: dict[str, Any]) -> list[Section]:

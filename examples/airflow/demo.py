@@ -124,11 +124,24 @@ class Airflow:
 
     def task_tries(self) -> list[tuple[str, int]]:
         """(state, try_number) of every instance of the ETL task, from the metadata DB."""
-        with sqlite3.connect(self.home / "airflow.db", timeout=30) as db:
-            rows = db.execute(
-                "SELECT state, try_number FROM task_instance WHERE dag_id = ? AND task_id = ?",
-                (DAG_ID, TASK_ID),
-            ).fetchall()
+        query = "SELECT state, try_number FROM task_instance WHERE dag_id = ? AND task_id = ?"
+        conn = self.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")
+        if not conn or conn.startswith("sqlite"):
+            with sqlite3.connect(self.home / "airflow.db", timeout=30) as db:
+                rows = db.execute(query, (DAG_ID, TASK_ID)).fetchall()
+        else:  # a server database: ask it with the Airflow env's own driver
+            script = (
+                "import json, sys, sqlalchemy as sa\n"
+                "with sa.create_engine(sys.argv[1]).connect() as c:\n"
+                "    q = sa.text(sys.argv[2].replace('?', ':d', 1).replace('?', ':t', 1))\n"
+                "    rows = c.execute(q, {'d': sys.argv[3], 't': sys.argv[4]}).fetchall()\n"
+                "print(json.dumps([list(r) for r in rows]))"
+            )
+            out = subprocess.run(
+                [str(self.env / "bin" / "python"), "-c", script, conn, query, DAG_ID, TASK_ID],
+                check=True, capture_output=True, text=True,
+            ).stdout  # fmt: skip
+            rows = json.loads(out)
         return [(str(state), int(tries)) for state, tries in rows]
 
     def wait_for(self, state: str, try_number: int, timeout: float = 420) -> None:

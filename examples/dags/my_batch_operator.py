@@ -33,12 +33,13 @@ class LocalJobs:
             " token TEXT UNIQUE, submitted REAL)"
         )
 
-    def submit(self, name: str, token: str) -> int:
-        self.db.execute(
+    def submit(self, name: str, token: str | None) -> int:
+        cursor = self.db.execute(
             "INSERT OR IGNORE INTO jobs (name, token, submitted) VALUES (?, ?, ?)",
             (name, token, time.time()),
         )
-        return self.find(token) or 0
+        # No token (durable=False): every submission is a new job.
+        return int(cursor.lastrowid or 0) if token is None else self.find(token) or 0
 
     def find(self, token: str) -> int | None:
         row = self.db.execute("SELECT id FROM jobs WHERE token = ?", (token,)).fetchone()

@@ -34,7 +34,7 @@ def test_native_store_in_charge_and_never_expire_equal(native_home: AirflowHome)
 
 
 @pytest.mark.parametrize(
-    "dag_id", ["etl_with_checkpoint", "process_partitions", "producer", "consumer"]
+    "dag_id", ["etl_with_checkpoint", "process_partitions", "producer", "consumer", "batch_jobs"]
 )
 def test_examples_run_unchanged(native_home: AirflowHome, dag_id: str) -> None:
     native_home.dags_test(dag_id)

@@ -4,6 +4,7 @@ every Airflow taskstate injects into (2.10, 2.11, 3.0, 3.1, 3.2)."""
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 from tests.airflow.harness import DATE, AirflowHome
@@ -110,6 +111,17 @@ def test_example_asset_producer_and_consumer(airflow_home: AirflowHome) -> None:
     (summary,) = assets.values()
     assert summary["rows_loaded"] == 3
     assert "Processing 3 rows up to" in output
+
+
+def test_example_my_batch_operator(airflow_home: AirflowHome) -> None:
+    airflow_home.dags_test("batch_jobs")
+    (nightly,) = airflow_home.task_states("batch_jobs", "nightly").values()
+    assert isinstance(nightly["batch_job_id"], int)
+    # durable=False through .partial(): no state at all.
+    assert airflow_home.task_states("batch_jobs", "per_region") == {}
+    with sqlite3.connect(airflow_home.home / "local_jobs.db") as db:
+        names = sorted(name for (name,) in db.execute("SELECT name FROM jobs"))
+    assert names == ["eu", "nightly-aggregate", "us"]
 
 
 def test_doctor_reports_the_injection_and_warns_on_sqlite_with_celery(
