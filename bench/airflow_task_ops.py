@@ -11,6 +11,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.airflow.harness
+
 from tests.airflow.harness import AirflowHome
 
 DAG = Path(__file__).resolve().parent / "airflow_dags" / "ts_bench.py"

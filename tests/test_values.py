@@ -133,6 +133,14 @@ def test_hints_for_common_data_engineering_types() -> None:
         encode_value(deep)
 
 
+def test_lone_surrogates_are_a_value_error_naming_the_path() -> None:
+    with pytest.raises(InvalidValueError, match=r"value\['rows'\]\[1\] holds a lone surrogate"):
+        encode_value({"rows": ["ok", "bad \ud800"]})
+    with pytest.raises(InvalidValueError, match="lone surrogate"):
+        encode_value({"key \udfff": 1})
+    assert encode_value("emoji 😀 ok") == '"emoji 😀 ok"'
+
+
 def test_errors_are_builtin_subclasses() -> None:
     assert issubclass(InvalidValueError, ValueError)
     assert issubclass(UnsupportedValueTypeError, TypeError)

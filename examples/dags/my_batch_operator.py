@@ -25,21 +25,28 @@ class LocalJobs:
     """Jobs are PENDING for 1 s, RUNNING for 2 s, then SUCCEEDED. Like Databricks'
     `idempotency_token`, a second submission with a token already seen returns the first job."""
 
-    def __init__(self) -> None:
+    @property
+    def db(self) -> sqlite3.Connection:
+        # Opened per call: an operator holding a connection could not be copied by Airflow.
         path = Path(os.environ.get("AIRFLOW_HOME", ".")) / "local_jobs.db"
-        self.db = sqlite3.connect(path, timeout=30, isolation_level=None)
-        self.db.execute(
+        db = sqlite3.connect(path, timeout=30, isolation_level=None)
+        db.execute(
             "CREATE TABLE IF NOT EXISTS jobs (id INTEGER PRIMARY KEY, name TEXT,"
             " token TEXT UNIQUE, submitted REAL)"
         )
+        return db
 
     def submit(self, name: str, token: str | None) -> int:
-        cursor = self.db.execute(
+        db = self.db
+        cursor = db.execute(
             "INSERT OR IGNORE INTO jobs (name, token, submitted) VALUES (?, ?, ?)",
             (name, token, time.time()),
         )
         # No token (durable=False): every submission is a new job.
-        return int(cursor.lastrowid or 0) if token is None else self.find(token) or 0
+        if token is None:
+            return int(cursor.lastrowid or 0)
+        row = db.execute("SELECT id FROM jobs WHERE token = ?", (token,)).fetchone()
+        return int(row[0])
 
     def find(self, token: str) -> int | None:
         row = self.db.execute("SELECT id FROM jobs WHERE token = ?", (token,)).fetchone()

@@ -164,8 +164,10 @@ class ResumableJobMixin(ABC):
         # (Airflow's BaseOperator's), gets the wrapper; Airflow's metaclass then wraps that.
         if not getattr(cls.__init__, "_taskstate_accepts_durable", False):
             cls.__init__ = _accepts_durable(cls.__init__)  # type: ignore[method-assign]
-        if hasattr(cls, "partial") and "partial" not in cls.__dict__:
-            cls.partial = _partial_with_durable(cls)
+        # Only Airflow's own `.partial()` (a `_PartialDescriptor` on BaseOperator, 2.x and 3.x);
+        # a subclass of one already wrapped inherits the wrapper, which serves it too.
+        if type(inspect.getattr_static(cls, "partial", None)).__name__ == "_PartialDescriptor":
+            cls.partial = _partial_with_durable(cls)  # type: ignore[attr-defined]
 
     def __init__(self, *args: Any, durable: Any = _MISSING, **kwargs: Any) -> None:
         # Reached with `durable` only when a subclass forwards it explicitly (Airflow 3.3's

@@ -14,6 +14,7 @@ from taskstate.errors import (
     InvalidRetentionError,
     InvalidValueError,
     KeyTypeError,
+    TaskStateError,
     UnsupportedValueTypeError,
     ValueTooLargeError,
 )
@@ -25,7 +26,6 @@ NEVER_EXPIRE: timedelta = timedelta.max
 
 MAX_KEY_LENGTH = 512
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-_SCALARS = (str, int, bool)
 
 _HINTS: dict[str, str] = {
     "datetime": "store it as text: value.isoformat()",
@@ -65,33 +65,69 @@ def _reject_type(obj: object, path: str) -> UnsupportedValueTypeError:
     )
 
 
-def _check(obj: object, path: str) -> None:
+def _valid(obj: object) -> bool:
+    """The fast yes/no walk every write takes; paths are only built by `_problem` on a no."""
     kind = type(obj)
-    if kind in _SCALARS:
-        return
+    if kind is str or kind is int or kind is bool:
+        return True
+    if kind is float:
+        return math.isfinite(obj)  # type: ignore[arg-type]
+    if kind is list:
+        for item in obj:  # type: ignore[attr-defined]  # noqa: SIM110 (a loop beats all() here)
+            if item is not None and not _valid(item):
+                return False
+        return True
+    if kind is dict:
+        for k, item in obj.items():  # type: ignore[attr-defined]
+            if type(k) is not str or (item is not None and not _valid(item)):
+                return False
+        return True
+    return False
+
+
+def _problem(obj: object, path: str, text_check: bool) -> TaskStateError | None:
+    """The first rule `obj` breaks, naming where; `text_check` also looks for lone surrogates."""
+    kind = type(obj)
+    if isinstance(obj, str) and kind is str:
+        return _bad_text(obj, path) if text_check else None
+    if kind is int or kind is bool:
+        return None
     if isinstance(obj, float) and kind is float:
-        if not math.isfinite(obj):
-            raise InvalidValueError(
-                f"{_where(path)} is {obj!r}; JSON has no NaN or Infinity — store a string "
-                'such as "NaN" or leave the key out'
-            )
-        return
+        if math.isfinite(obj):
+            return None
+        return InvalidValueError(
+            f"{_where(path)} is {obj!r}; JSON has no NaN or Infinity — store a string "
+            'such as "NaN" or leave the key out'
+        )
     if isinstance(obj, list) and kind is list:
         for i, item in enumerate(obj):
-            if item is not None:
-                _check(item, f"{path}[{i}]")
-        return
+            if item is not None and (found := _problem(item, f"{path}[{i}]", text_check)):
+                return found
+        return None
     if isinstance(obj, dict) and kind is dict:
         for k, item in obj.items():
             if type(k) is not str:
-                raise UnsupportedValueTypeError(
+                return UnsupportedValueTypeError(
                     f"{_where(path)} has the {type(k).__name__} key {k!r}; JSON object keys "
                     f"are text — use str({k!r}) as the key"
                 )
-            if item is not None:
-                _check(item, f"{path}[{k!r}]")
-        return
-    raise _reject_type(obj, path)
+            if text_check and (found := _bad_text(k, f"{path} key {k!r}")):
+                return found
+            if item is not None and (found := _problem(item, f"{path}[{k!r}]", text_check)):
+                return found
+        return None
+    return _reject_type(obj, path)
+
+
+def _bad_text(text: str, path: str) -> InvalidValueError | None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return InvalidValueError(
+            f"{_where(path)} holds a lone surrogate {text[exc.start]!r} at index {exc.start}, "
+            "which is not text; decode the source bytes with errors='replace' or fix the input"
+        )
+    return None
 
 
 def encode_value(value: object) -> str:
@@ -102,10 +138,17 @@ def encode_value(value: object) -> str:
             'or store a sentinel such as "" or {}'
         )
     try:
-        _check(value, "")
+        if not _valid(value):
+            raise _problem(value, "", False) or UnsupportedValueTypeError("value is not JSON")
+        text = _encode(value)
     except RecursionError:
         raise InvalidValueError("the value is nested too deeply to store as JSON") from None
-    return _encode(value)
+    if not text.isascii():  # only non-ASCII text can hold a lone surrogate
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise _problem(value, "", True) or InvalidValueError("value is not text") from None
+    return text
 
 
 # Built once: json.dumps with any non-default argument builds a new encoder on every call.

@@ -76,8 +76,8 @@ class AirflowHome:
             **extra_env,
         }
         self.airflow("db", "migrate")
-        # Registers the DAGs' assets (Airflow 3.0's `dags test` fails on unregistered ones).
-        self.airflow("dags", "reserialize")
+        if version == "3.0":  # its `dags test` fails on assets no DAG processor registered
+            self.airflow("dags", "reserialize")
 
     @property
     def airflow_version(self) -> str:

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from taskstate.backends.sqlite import SQLiteBackend, path_from_url
-from taskstate.errors import ConfigError
+from taskstate.errors import BackendError, ConfigError
 from taskstate.testing.contract import NOW, BackendContract
 
 
@@ -45,9 +46,34 @@ def test_relative_and_absolute_urls() -> None:
     assert path_from_url("sqlite:////abs/state.db") == Path("/abs/state.db")
 
 
-def test_newer_schema_is_refused(tmp_path: Path) -> None:
+def test_newer_schema_is_used_but_not_migrated(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/state.db"
     backend = SQLiteBackend(url)
     backend._conn().execute("PRAGMA user_version = 99")
-    with pytest.raises(Exception, match="upgrade taskstate"):
-        SQLiteBackend(url).get("ns", "k")
+    newer = SQLiteBackend(url)
+    newer.set("ns", "k", "1", None, NOW)  # a rolling upgrade keeps old workers writing
+    assert newer.get("ns", "k") is not None
+    with pytest.raises(BackendError, match="upgrade taskstate"):
+        newer.migrate()
+
+
+def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> None:
+    """Switching a fresh file to WAL takes an exclusive lock SQLite does not wait for."""
+    for trial in range(20):
+        backend = SQLiteBackend(f"sqlite:///{tmp_path}/fresh{trial}.db")
+        errors: list[BaseException] = []
+
+        def open_and_write(
+            backend: SQLiteBackend = backend, errors: list[BaseException] = errors
+        ) -> None:
+            try:
+                backend.set("ns", threading.current_thread().name, "1", None, NOW)
+            except BaseException as exc:
+                errors.append(exc)
+
+        threads = [threading.Thread(target=open_and_write) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []

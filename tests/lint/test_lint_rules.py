@@ -302,3 +302,15 @@ def test_variable_default_carries_over_in_both_airflow_spellings() -> None:
             "TS105",
             "return task_state_store.get('export_cursor', default=0)",
         )
+
+
+def test_a_state_variable_templated_into_an_operator_is_a_possible_state_read() -> None:
+    text = (
+        '"""Docs: {{ var.value.some_cursor }} in a docstring is documentation."""\n'
+        "task = BashOperator(task_id='t',\n"
+        "    bash_command='load --since {{ var.value.last_execution_date_succes }}',\n"
+        "    env={'BUCKET': '{{ var.value.data_bucket }}'})\n"
+    )
+    found = lint_text(text)
+    assert [code for code, _, _ in found] == ["TS105"]
+    assert 'asset_state_store[MY_ASSET].get("last_execution_date_succes")' in found[0][2]

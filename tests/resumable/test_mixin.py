@@ -390,3 +390,14 @@ def test_find_job_can_recover_a_job_whose_submit_returned_no_id(ctx, state) -> N
         100,
         True,
     )
+
+
+def test_a_plain_class_keeps_its_own_partial() -> None:
+    """Only Airflow's `.partial()` is wrapped; a plain class's method of that name is its own."""
+
+    class Base:
+        def partial(self, share: float) -> float:
+            return share / 2
+
+    job_class = type("Job", (Base, ResumableJobMixin), {n: getattr(Op, n) for n in JOB_METHODS})
+    assert job_class().partial(3.0) == 1.5

@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -114,13 +115,28 @@ class SQLiteBackend(StateBackend):
                 check_same_thread=False,
                 cached_statements=64,
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            self._enable_wal(conn)
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
         except sqlite3.Error as exc:
             raise BackendError(f"cannot open the state database {self.path}: {exc}") from exc
         self._local.conn = conn
         self._local.pid = os.getpid()
         return conn
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> None:
+        # Switching a new file to WAL needs an exclusive lock and SQLite does not run the busy
+        # handler for it, so processes opening a fresh file at once must wait here themselves.
+        deadline = time.monotonic() + self._busy_timeout_s
+        delay = 0.001
+        while True:
+            try:
+                conn.execute("PRAGMA journal_mode=WAL")
+                return
+            except sqlite3.OperationalError as exc:
+                if "locked" not in str(exc) or time.monotonic() > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -193,14 +209,16 @@ class SQLiteBackend(StateBackend):
     def migrate(self) -> list[int]:
         local = self._local
         conn = local.conn if getattr(local, "conn", None) and local.pid == os.getpid() else None
-        return self._migrate_on(conn or self._open())
+        return self._migrate_on(conn or self._open(), explicit=True)
 
-    def _migrate_on(self, conn: sqlite3.Connection) -> list[int]:
+    def _migrate_on(self, conn: sqlite3.Connection, *, explicit: bool = False) -> list[int]:
+        """Bring the schema up to date. A newer schema (a newer taskstate is rolling out) is
+        read and written as is, like the PostgreSQL backend does; only `migrate` refuses it."""
         applied: list[int] = []
         conn.execute("BEGIN IMMEDIATE")
         try:
             current = _user_version(conn) or 0
-            if current > len(MIGRATIONS):
+            if current > len(MIGRATIONS) and explicit:
                 raise BackendError(
                     f"{self.path} has schema version {current}, newer than this taskstate "
                     f"knows ({len(MIGRATIONS)}); upgrade taskstate"

@@ -11,13 +11,16 @@ import pendulum
 from taskstate.airflow import keep_state_on_clear
 
 try:
-    from airflow.sdk import dag, task
+    from airflow.sdk import dag, get_current_context, task
 except ImportError:  # Airflow 2
     from airflow.decorators import dag, task
+    from airflow.operators.python import get_current_context
 
 
 def count_run(store) -> None:
     store.set("runs", store.get("runs", default=0) + 1)
+    # Proves this run happened after the clear (a clear raises max_tries).
+    store.set("max_tries", get_current_context()["ti"].max_tries)
 
 
 @dag(start_date=pendulum.datetime(2025, 1, 1), schedule=None, catchup=False)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import re
 import textwrap
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +37,8 @@ class _Use:
 
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
+    if "var.value." in src.text or "var.json." in src.text:
+        yield from _templates(src, ctx)
     if "Variable" not in src.text:
         return
     uses_by_func: dict[int, list[_Use]] = {}
@@ -47,6 +50,45 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
             funcs[id(func)] = func
     for key, uses in uses_by_func.items():
         yield from _check_function(src, ctx, funcs[key], uses)
+
+
+def _templates(src: Source, ctx: Context) -> Iterator[Finding]:
+    """`"... > '{{ var.value.last_processed_at }}'"`: a Variable read into a templated field."""
+    docstrings = {
+        id(owner.body[0].value)
+        for owner in ast.walk(src.tree)
+        if isinstance(owner, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and owner.body
+        and isinstance(owner.body[0], ast.Expr)
+    }
+    for node in ast.walk(src.tree):
+        if not (isinstance(node, ast.Constant) and isinstance(node.value, str)):
+            continue
+        if id(node) in docstrings:
+            continue
+        for match in _TEMPLATE_VARIABLE.finditer(node.value):
+            key = match.group(1)
+            if not (
+                WATERMARK_KEY.search(key) or PROGRESS_KEY.search(key) or JOB_ID_KEY.search(key)
+            ):
+                continue
+            store = (
+                "asset_state_store[MY_ASSET]" if WATERMARK_KEY.search(key) else ("task_state_store")
+            )
+            yield ctx.finding(
+                src,
+                "TS105",
+                node,
+                key=f"{key!r} (in a template)",
+                before=src.lines_of(node, limit=3),
+                after=(
+                    f"# read it inside the task instead of templating it in:\n"
+                    f'value = {store}.get("{key}")'
+                ),
+            )
+
+
+_TEMPLATE_VARIABLE = re.compile(r"\{\{[^}]*?\bvar\.(?:value|json)\.([A-Za-z_]\w*)")
 
 
 def _variable_use(src: Source, call: ast.Call) -> _Use | None:
