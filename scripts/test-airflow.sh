@@ -24,9 +24,10 @@ for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
 passed=0 failed=0
 for log in "$logs"/lane*.log; do
     tail -n 25 "$log"
-    last=$(tail -n 1 "$log")
-    passed=$((passed + $(grep -oE '[0-9]+ passed' <<<"$last" | awk '{s+=$1} END {print s+0}')))
-    failed=$((failed + $(grep -oE '[0-9]+ (failed|errors?)' <<<"$last" | awk '{s+=$1} END {print s+0}')))
+    read -r p f < <(tail -n 1 "$log" | awk '{for (i = 1; i < NF; i++) {
+        if ($(i + 1) ~ /^passed/) p += $i; if ($(i + 1) ~ /^(failed|errors?)/) f += $i }}
+        END {print p + 0, f + 0}')
+    passed=$((passed + p)) failed=$((failed + f))
 done
 echo "airflow: $passed passed, $failed failed"
 exit "$status"
