@@ -246,7 +246,10 @@ def test_a_connection_lost_during_commit_is_reported_not_retried(fresh_postgres_
     backend.close()
 
 
-def test_airflows_postgres_metadata_db_is_the_default(postgres_url: str, tmp_path: Path) -> None:
+def test_airflows_postgres_metadata_db_is_the_default(
+    fresh_postgres_url: str, tmp_path: Path
+) -> None:
+    postgres_url = fresh_postgres_url  # its own database: other tests write key "k" too
     conn = postgres_url.replace("postgresql://", "postgresql+psycopg2://")
     settings = Settings.load(
         {"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": conn, "AIRFLOW_HOME": str(tmp_path)}
