@@ -60,6 +60,7 @@ class MyBatchOperator(BaseOperator, ResumableJobMixin):
         report = {
             "run_id": ti.run_id,
             "task_id": ti.task_id,
+            "map_index": ti.map_index,
             "try_number": int(ti.try_number),
             "logical": self._logical(context),
             "decision": decision.action.value,
