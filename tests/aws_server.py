@@ -7,6 +7,7 @@ PyPI, in the dev env) in a subprocess, with what the tests need that moto lacks:
   `job_seconds / 2`;
 - a ledger: one JSON line per submission the service accepted (Redshift Data
   `ExecuteStatement`, Glue `StartJobRun`), which is what "how many jobs ran" is counted from.
+  Its `logical` is the first quoted string of the SQL, or the run's `--logical` argument.
 
 Run as a script it is the server (`python tests/aws_server.py PORT LEDGER JOB_SECONDS`).
 """
@@ -89,7 +90,8 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
     def execute(self: Any, **kwargs: Any) -> Any:
         statement = execute_statement(self, **kwargs)
         submitted[statement.id] = time.monotonic()
-        record({"service": "redshift-data", "id": statement.id, "sql": kwargs["sql"]})
+        logical = kwargs["sql"].split("'")[1] if "'" in kwargs["sql"] else None
+        record({"service": "redshift-data", "id": statement.id, "logical": logical})
         return statement
 
     def describe(self: Any, statement_id: str) -> Any:
@@ -101,9 +103,10 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
 
     start_job_run = GlueBackend.start_job_run
 
-    def start(self: Any, name: str, *args: Any, **kwargs: Any) -> Any:
-        run_id = start_job_run(self, name, *args, **kwargs)
-        record({"service": "glue", "id": run_id, "job": name})
+    def start(self: Any, name: str, arguments: Any, *rest: Any) -> Any:
+        run_id = start_job_run(self, name, arguments, *rest)
+        logical = (arguments or {}).get("--logical")
+        record({"service": "glue", "id": run_id, "job": name, "logical": logical})
         return run_id
 
     RedshiftDataAPIServiceBackend.execute_statement = execute  # type: ignore[method-assign]

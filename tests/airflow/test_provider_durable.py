@@ -36,12 +36,8 @@ SETTING = "AIRFLOW__STATE_STORE__TASKSTATE_PROVIDER_DURABLE"
 
 
 def by_task(submissions: list[dict[str, Any]]) -> Counter[str]:
-    """Jobs the service accepted, per task: the DAG names each task's SQL and Glue job."""
-    names = {
-        "redshift-data": lambda s: "redshift_" + s["sql"].split("'")[1],
-        "glue": lambda s: "glue_" + s["job"].removeprefix("ts_"),
-    }
-    return Counter(names[s["service"]](s) for s in submissions)
+    """Jobs the service accepted, per task (the DAG names its logical job in each)."""
+    return Counter(s["logical"].split("|")[1] for s in submissions)
 
 
 def under_scheduler(
@@ -125,3 +121,20 @@ def test_dags_test_provider_operators_resume_a_failed_try(
         assert reports[task]["try_number"] == 2, reports[task]
         assert reports[task]["mixin"] == TASKSTATE_MIXIN
         assert jobs[task] == 1, (task, jobs)
+
+
+def test_doctor_reports_the_setting_and_whether_it_is_active(airflow_home: AirflowHome) -> None:
+    """Active (checked in a fresh Airflow process) on 3.0–3.2; on 2.x inactive, and no
+    `airflow.sdk` is faked there."""
+    status, detail = airflow_home.doctor()["provider durable"]
+    assert (status, detail.startswith("off")) == ("ok", True), detail
+    status, detail = airflow_home.doctor(env={SETTING: "True"})["provider durable"]
+    if airflow_home.version.startswith("2."):
+        assert status == "warn" and "no airflow.sdk" in detail, detail
+        probe = airflow_home.python(
+            "-c", "import airflow, importlib.util; print(importlib.util.find_spec('airflow.sdk'))",
+            env={SETTING: "True"},
+        )  # fmt: skip
+        assert probe.stdout.strip().splitlines()[-1] == "None", probe.stdout + probe.stderr
+    else:
+        assert status == "ok" and "on and active" in detail, detail

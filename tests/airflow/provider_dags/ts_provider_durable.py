@@ -1,9 +1,12 @@
 """Amazon's `RedshiftDataOperator` and `GlueJobOperator` (apache-airflow-providers-amazon from
 PyPI, unchanged) against the tests' AWS server on loopback, with try 1 of each task faulted at a
 named point: `after_persist` (the job submitted and its id saved, as the operator starts
-polling) or `while_polling` (the second status check of the polling loop, the job still
-active). The fault is a SIGKILL of the task process under a scheduler, an exception under `dags
-test` (which runs tasks in its own process): TS_PROVIDER_FAULT = kill | raise.
+polling), `while_polling` (the second status check of the polling loop, the job still active)
+or `in_window` (the job accepted, its id not saved yet: the bench only). The fault is a SIGKILL
+of the task process under a scheduler, an exception under `dags test` (which runs tasks in its
+own process): TS_PROVIDER_FAULT = kill | raise; TS_PROVIDER_FAULTS lists the points (one task
+per operator and point). Each job names its logical job (`<run_id>|<task_id>`) in its SQL or
+its Glue arguments, which is how the service's ledger counts jobs per logical job.
 
 The subclasses add only the fault and a report: submit, status, polling and results are the
 provider's, and the mixin they inherit is whatever `airflow.sdk` / the provider's compatibility
@@ -38,6 +41,12 @@ class _Faulted:
 
     fault_at: str
     polled: str
+
+    def submit_job(self, context: Any) -> Any:
+        external_id = super().submit_job(context)  # type: ignore[misc]
+        if self.fault_at == "in_window":
+            _fault(context)
+        return external_id
 
     def poll_until_complete(self, external_id: Any, context: Any) -> None:
         if self.fault_at == "after_persist":
@@ -99,11 +108,12 @@ with DAG(
     catchup=False,
     default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
 ):
-    for fault_at in ("after_persist", "while_polling"):
+    logical = "{{ run_id }}|{{ ti.task_id }}"
+    for fault_at in os.environ.get("TS_PROVIDER_FAULTS", "after_persist,while_polling").split(","):
         FaultedRedshift(
             task_id=f"redshift_{fault_at}",
             fault_at=fault_at,
-            sql=f"SELECT '{fault_at}'",
+            sql=f"SELECT '{logical}'",
             database="dev",
             cluster_identifier="analytics",
             db_user="etl",
@@ -114,6 +124,10 @@ with DAG(
             fault_at=fault_at,
             job_name=f"ts_{fault_at}",
             script_location="s3://scripts/etl.py",
+            script_args={"--logical": logical},
             iam_role_arn="arn:aws:iam::123456789012:role/glue",
+            # Glue's default (1) would refuse a second run while the first still runs: a
+            # retry without the setting would fail rather than submit again.
+            concurrent_run_limit=4,
             job_poll_interval=1,
         )
