@@ -13,6 +13,7 @@ from taskstate import TaskScope
 
 NOW = datetime(2027, 1, 15, 8, 0, tzinfo=timezone.utc)  # the Clock fixture's 1_800_000_000
 SCOPE = TaskScope("d", "r", "t")
+JSON = {"content-type": "application/json"}
 
 
 def iso(moment: datetime) -> str:
@@ -118,7 +119,6 @@ def test_expires_at_in_the_past_writes_an_absent_key(api: httpx.Client) -> None:
         ('{"value": 1, "expires_at": "tomorrow"}', ["body", "expires_at"], ""),
         ("not json", ["body", 0], "JSON"),
         ("", ["body"], "Field required"),
-        ("[" * 100000 + "]" * 100000, ["body"], ""),
     ],
 )
 def test_bad_bodies_are_422_in_fastapis_shape_and_write_nothing(
@@ -133,8 +133,15 @@ def test_bad_bodies_are_422_in_fastapis_shape_and_write_nothing(
     assert served.store.task_state(SCOPE).keys() == []
 
 
+def test_a_body_nested_too_deeply_to_parse_is_400(api: httpx.Client, served: Served) -> None:
+    # FastAPI answers a body json.loads cannot parse for depth with 400, before any route.
+    response = api.put(f"{TASK}/k", content="[" * 60000 + "]" * 60000, headers=JSON)
+    assert response.status_code == 400
+    assert served.store.task_state(SCOPE).keys() == []
+
+
 def test_the_422_message_is_the_python_accessors(api: httpx.Client, served: Served) -> None:
-    response = api.put(f"{TASK}/k", content='{"value": {"a": NaN}}')
+    response = api.put(f"{TASK}/k", content='{"value": {"a": NaN}}', headers=JSON)
     with pytest.raises(ValueError) as raised:
         served.store.task_state(SCOPE).set("k", {"a": float("nan")})
     assert response.json()["detail"][0]["msg"] == str(raised.value)

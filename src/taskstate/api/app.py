@@ -8,6 +8,7 @@ webserver dispatches `/taskstate/...` to it. One route table either way.
 from __future__ import annotations
 
 import json
+import re
 
 from fastapi import FastAPI, HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -83,15 +84,48 @@ class BodyLimit:
         return f"the request body is over {self.limit} bytes"
 
     async def _refuse(self, send: Send) -> None:
-        body = json.dumps({"detail": self._detail}).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                ],
-            }
-        )
-        await send({"type": "http.response.body", "body": body})
+        await _send_json(send, 413, json.dumps({"detail": self._detail}).encode())
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+class RefuseControlCharacters:
+    """422 for a path holding a control character once decoded (`%0A`): no dag id, run id,
+    task id or key may hold one, and route patterns (`.*`) would not match it, so without
+    this the request would fall through to a plain-text 404."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _CONTROL.search(scope["path"]):
+            body = json.dumps(
+                {
+                    "detail": [
+                        {
+                            "loc": ["path"],
+                            "msg": "a path must not contain control characters; a key, "
+                            "dag id, run id or task id cannot hold one",
+                            "type": "value_error",
+                        }
+                    ]
+                }
+            ).encode()
+            await _send_json(send, 422, body)
+            return
+        await self.app(scope, receive, send)
+
+
+async def _send_json(send: Send, status: int, body: bytes) -> None:
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -7,7 +7,12 @@ advice as a Python caller. Every other error is `{"detail": "<message>"}`.
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from fastapi import FastAPI, Request, status
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
 from taskstate.errors import (
@@ -39,9 +44,9 @@ _STATUS: tuple[tuple[type[TaskStateError], int], ...] = (
 )
 
 
-def unprocessable(loc: tuple[str, ...], message: str, kind: str = "value_error") -> JSONResponse:
+def _unprocessable(loc: tuple[str, ...], message: str) -> JSONResponse:
     return JSONResponse(
-        {"detail": [{"loc": list(loc), "msg": message, "type": kind}]},
+        {"detail": [{"loc": list(loc), "msg": message, "type": "value_error"}]},
         status_code=422,
     )
 
@@ -53,18 +58,29 @@ def _message(exc: BaseException) -> str:
 async def _taskstate_error(request: Request, exc: Exception) -> JSONResponse:
     for kind, loc in _INPUT_ERRORS:
         if isinstance(exc, kind):
-            return unprocessable(loc, _message(exc))
+            return _unprocessable(loc, _message(exc))
     for kind, code in _STATUS:
         if isinstance(exc, kind):
             return JSONResponse({"detail": _message(exc)}, status_code=code)
     return JSONResponse({"detail": _message(exc)}, status_code=500)
 
 
-async def _too_deep(request: Request, exc: Exception) -> JSONResponse:
-    # json.loads of a body nested thousands deep raises RecursionError, not a decode error.
-    return unprocessable(("body",), "the JSON body is nested too deeply", "json_invalid")
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    """FastAPI's own 422, except that an `input` JSON cannot carry is left out rather than
+    failing the response with a 500."""
+    assert isinstance(exc, RequestValidationError)
+    return JSONResponse({"detail": [_portable(e) for e in exc.errors()]}, status_code=422)
+
+
+def _portable(error: Any) -> Any:
+    try:  # NaN, or bytes that are not UTF-8 (both ValueErrors), cannot go out as JSON
+        encoded = jsonable_encoder(error)
+        json.dumps(encoded, allow_nan=False)
+    except ValueError:
+        return {k: jsonable_encoder(error[k]) for k in ("type", "loc", "msg") if k in error}
+    return encoded
 
 
 def install(app: FastAPI) -> None:
     app.add_exception_handler(TaskStateError, _taskstate_error)
-    app.add_exception_handler(RecursionError, _too_deep)
+    app.add_exception_handler(RequestValidationError, _validation_error)

@@ -4,8 +4,8 @@ name decides, as in `AssetScope`). Inside Airflow the host also serves Airflow 3
 `/assets/{asset_id}/state-store`, with the same handlers.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: the handlers are defined inside `_router` and their
+# `Depends(scope(...))` annotations name its argument, which FastAPI can only see evaluated.
 from collections.abc import Callable
 from typing import Annotated, Any
 

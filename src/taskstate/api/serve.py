@@ -44,10 +44,11 @@ def standalone_app(store: StateStore, keys: SigningKeys | None) -> ASGIApp:
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
-    from taskstate.api.app import BASE_PATH, create_app
+    from taskstate.api.app import BASE_PATH, RefuseControlCharacters, create_app
     from taskstate.api.auth import Auth
 
-    return Starlette(routes=[Mount(BASE_PATH, create_app(store, Auth.standalone(keys)))])
+    app = create_app(store, Auth.standalone(keys))
+    return RefuseControlCharacters(Starlette(routes=[Mount(BASE_PATH, app)]))
 
 
 @click.command()

@@ -9,9 +9,7 @@ never the secret). Claims say what the token may touch; `taskstate.api.auth` app
 from __future__ import annotations
 
 import hashlib
-import os
 import re
-import subprocess
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -59,7 +57,8 @@ class Claims:
             "read_only": self.read_only,
             "admin": self.admin,
         }
-        out.update({k: v for k, v in optional.items() if v not in (None, [], False)})
+        # Identity, not equality: map_index 0 == False must still be written.
+        out.update({k: v for k, v in optional.items() if not (v is None or v is False or v == [])})
         return out
 
     @classmethod
@@ -130,7 +129,7 @@ class SigningKeys:
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> SigningKeys | None:
         """The configured keys, or None when none is set (then nothing can be signed)."""
-        raw = secret_option(*_OPTION, environ=environ)
+        raw = airflow_option(*_OPTION, environ)  # honours _CMD / _SECRET, as Airflow does
         return None if raw is None or not raw.strip() else cls.parse(raw)
 
     def issue(self, claims: Claims, now: float | None = None) -> str:
@@ -180,27 +179,3 @@ def parse_duration(text: str) -> float | None:
             "e.g. 1h or 7d, or never"
         )
     return int(match.group(1)) * _UNIT_SECONDS[match.group(2)]
-
-
-def secret_option(
-    section: str, option: str, *, environ: Mapping[str, str] | None = None
-) -> str | None:
-    """An option that may hold a secret, honouring Airflow's `_CMD` variant outside Airflow.
-
-    Inside Airflow, `airflow_option` asks Airflow's config, which resolves `_cmd`/`_secret`.
-    """
-    env = os.environ if environ is None else environ
-    value = airflow_option(section, option, env)
-    if value is not None:
-        return value
-    command = env.get(f"AIRFLOW__{section.upper()}__{option.upper()}_CMD") or airflow_option(
-        section, f"{option}_cmd", env
-    )
-    if not command:
-        return None
-    done = subprocess.run(command, shell=True, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise ConfigError(
-            f"[{section}] {option}_cmd failed (exit {done.returncode}): {done.stderr.strip()}"
-        )
-    return done.stdout.strip()
