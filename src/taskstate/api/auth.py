@@ -1,6 +1,6 @@
 """Who is calling (authentication) and what they may touch (authorisation), as one dependency.
 
-An `Authenticator` looks at a request and returns a `Principal`, None when the request carries
+An `Authenticator` (async) looks at a request and returns a `Principal`, None when it carries
 no credentials it recognises, or raises `Unauthenticated` for credentials it recognises but
 refuses. `Auth` tries its authenticators in order; standalone there is one (taskstate tokens),
 inside Airflow the plugin adds Airflow's own (auth manager / FAB). A `Principal` answers
@@ -11,7 +11,7 @@ inside Airflow the plugin adds Airflow's own (auth manager / FAB). A `Principal`
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal, Protocol
 
 import jwt
@@ -53,7 +53,7 @@ class Forbidden(HTTPException):
         super().__init__(status.HTTP_403_FORBIDDEN, detail)
 
 
-Authenticator = Callable[[Request], "Principal | None"]
+Authenticator = Callable[[Request], Awaitable["Principal | None"]]
 
 
 class OpenAccess:
@@ -105,8 +105,11 @@ class TokenPrincipal:
 
 
 def bearer(request: Request) -> str | None:
-    header = request.headers.get("authorization", "")
-    scheme, _, credentials = header.partition(" ")
+    return parse_bearer(request.headers.get("authorization"))
+
+
+def parse_bearer(header: str | None) -> str | None:
+    scheme, _, credentials = (header or "").partition(" ")
     if scheme.lower() != "bearer" or not credentials.strip():
         return None
     return credentials.strip()
@@ -118,9 +121,9 @@ class TokenAuthenticator:
     def __init__(self, keys: SigningKeys) -> None:
         self.keys = keys
 
-    def __call__(self, request: Request) -> Principal | None:
+    async def __call__(self, request: Request) -> Principal | None:
         token = bearer(request)
-        if token is None or not _is_ours(token):
+        if token is None or not is_taskstate_token(token):
             return None
         try:
             return TokenPrincipal(self.keys.verify(token))
@@ -128,7 +131,8 @@ class TokenAuthenticator:
             raise Unauthenticated(str(exc)) from None
 
 
-def _is_ours(token: str) -> bool:
+def is_taskstate_token(token: str) -> bool:
+    """Ours to check (audience `taskstate`, or not a JWT at all), or another issuer's."""
     try:
         payload = jwt.decode(token, options={"verify_signature": False})
     except jwt.PyJWTError:
@@ -150,9 +154,9 @@ class Auth:
             return cls((), open_access=True)
         return cls((TokenAuthenticator(keys),), open_access=False)
 
-    def __call__(self, request: Request) -> Principal:
+    async def __call__(self, request: Request) -> Principal:
         for authenticate in self.authenticators:
-            principal = authenticate(request)
+            principal = await authenticate(request)
             if principal is not None:
                 return principal
         if self.open_access:

@@ -59,8 +59,8 @@ def context(request: Request) -> AppContext:
     return ctx
 
 
-def caller(request: Request) -> Principal:
-    return context(request).auth(request)
+async def caller(request: Request) -> Principal:
+    return await context(request).auth(request)
 
 
 Ctx = Annotated[AppContext, Depends(context)]
