@@ -150,10 +150,8 @@ def set_task_state(
     """Create or overwrite a key. `If-Match: <etag>` writes only over that version;
     `If-None-Match: *` creates only."""
     conditions = write_conditions(if_match, if_none_match)
-    if body.expires_at == "default":
-        expires: object = DEFAULT_EXPIRY
-    else:
-        expires = None if body.expires_at is None else body.expires_at.timestamp()
+    when = body.expires_at
+    expires = DEFAULT_EXPIRY if when == "default" else None if when is None else when.timestamp()
     accessor = ctx.store.task_state(scope, writer=api_writer(principal))
     try:
         entry = accessor.write(key, body.value, expires_at=expires, **conditions)
