@@ -90,6 +90,7 @@ def test_asset_commands(run) -> None:  # type: ignore[no-untyped-def]
     run("asset", "set", "watermark", '"2026-01-01"', "--name", "orders")
     run("asset", "set", "rows", "10", "--uri", "s3://b/x")
     assert run("asset", "get", "watermark", "--name", "orders").stdout.strip() == '"2026-01-01"'
+    assert run("asset", "get", "rows", "--uri", "s3://b/x").stdout.strip() == "10"
     rows = json.loads(run("asset", "list", "--json").stdout)
     assert {(r["asset"], r["key"]) for r in rows} == {("orders", "watermark"), ("s3://b/x", "rows")}
     run("asset", "delete", "watermark", "--name", "orders")

@@ -160,6 +160,7 @@ def test_a_forked_child_opens_its_own_pool(backend_url: PostgresBackend) -> None
     # the parent's pooled sessions survived the child's exit
     assert backend.get("ns", "child") == Entry("1", None)
     backend.set("ns", "parent", "2", None, NOW)
+    assert backend.get("ns", "parent") == Entry("2", None)
 
 
 def _write_forever(url: str, acks: str, stop: Event) -> None:
@@ -173,12 +174,14 @@ def _write_forever(url: str, acks: str, stop: Event) -> None:
             i += 1
 
 
-def _wait_for_more_acks(path: Path, than: int) -> int:
-    while True:
-        count = len(path.read_text().split())
-        if count > than + 50:
-            return count
+def _wait_for_more_acks(path: Path, than: int, limit: float = 90.0) -> int:
+    """Wait for 50 more acknowledged writes; a writer that died or hung fails the test, well
+    inside the retry window plus an outage (30 s + a few seconds), not at pytest's timeout."""
+    end = time.monotonic() + limit
+    while (count := len(path.read_text().split())) <= than + 50:
+        assert time.monotonic() < end, f"writer stuck at {count} acks for {limit:.0f}s"
         time.sleep(0.05)
+    return count
 
 
 @pytest.mark.slow
