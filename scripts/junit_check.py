@@ -69,7 +69,9 @@ def check(
         f"{v}: {sum(v in params(n) and o == 'passed' for n, o, _ in cases)} passed"
         for v in versions
     )
-    print(f"{label}: {len(collected)} collected, {summary}" + (f" ({per_version})" * bool(versions)))
+    print(
+        f"{label}: {len(collected)} collected, {summary}" + (f" ({per_version})" * bool(versions))
+    )
     return problems
 
 
