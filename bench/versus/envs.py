@@ -56,8 +56,7 @@ def pinned_env(
 
     `postgres` adds our PostgreSQL driver, at the versions of requirements/dev.lock (the pinned
     Airflow locks carry none); `airflow_postgres` adds the driver Airflow's own metadata
-    database needs on PostgreSQL (psycopg2; only for Airflow 2, which refuses the
-    LocalExecutor on SQLite).
+    database needs on PostgreSQL (psycopg2, and asyncpg for Airflow 3's async engine).
     """
     root = ENVS / ("with-taskstate" if taskstate else "airflow-only")
     out = subprocess.run(
@@ -77,7 +76,17 @@ def pinned_env(
         )
     if airflow_postgres:
         subprocess.run(
-            [str(UV), "pip", "install", "--quiet", "--python", python, "psycopg2-binary"],
+            # psycopg2 for the metadata DB, asyncpg for Airflow 3's async engine on it
+            [
+                str(UV),
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                python,
+                "psycopg2-binary",
+                "asyncpg",
+            ],
             check=True,
         )
     if taskstate:

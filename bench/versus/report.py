@@ -73,7 +73,7 @@ def _loaded(ctx: Context, run: dict[str, Any]) -> bool:
     return max(run.get("load1", 0.0), run.get("load1_end", 0.0)) > ctx.max_load
 
 
-def _kept(ctx: Context, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def kept_runs(ctx: Context, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The runs a median is taken over: those at or below the load threshold, if any."""
     quiet = [r for r in runs if not _loaded(ctx, r)]
     return quiet or runs
@@ -148,7 +148,7 @@ def render_section(ctx: Context, section: Section, baselines: list[str]) -> list
         for side, runs in section.results.items():
             if metric not in runs:
                 continue
-            kept = _kept(ctx, runs[metric])
+            kept = kept_runs(ctx, runs[metric])
             value = median_of(kept, stat)
             ratios = []
             for base in baselines:
@@ -156,7 +156,7 @@ def render_section(ctx: Context, section: Section, baselines: list[str]) -> list
                 if side in baselines or not base_runs:
                     ratios.append("—")
                 else:
-                    ratios.append(ratio(median_of(_kept(ctx, base_runs), stat), value))
+                    ratios.append(ratio(median_of(kept_runs(ctx, base_runs), stat), value))
             rows.append(
                 [
                     metric,
