@@ -17,6 +17,7 @@ from taskstate import transfer
 from taskstate.backends.offload import sweep_orphans
 from taskstate.cleanup import clean as run_cleanup
 from taskstate.errors import TaskStateError
+from taskstate.redaction import redact_url
 from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
 from taskstate.settings import Settings
 from taskstate.store import AssetStateStore, StateStore, TaskStateStore
@@ -485,8 +486,7 @@ def _doctor_checks() -> Iterator[tuple[str, str, str]]:
     except TaskStateError as exc:
         yield "settings", "fail", str(exc)
         return
-    for field, value in settings.__dict__.items():
-        shown = _redact(value) if field in ("taskstate_url", "sql_alchemy_conn") else value
+    for field, shown in settings.redacted().items():
         yield f"setting {field}", "ok", repr(shown)
     lazy: _Lazy = click.get_current_context().obj
     try:
@@ -497,7 +497,7 @@ def _doctor_checks() -> Iterator[tuple[str, str, str]]:
         yield (
             "backend",
             state,
-            f"{_redact(store.backend.describe())}: schema {status.current}{hint}",
+            f"{redact_url(store.backend.describe())}: schema {status.current}{hint}",
         )
     except Exception as exc:  # doctor reports every failure instead of stopping at one
         yield "backend", "fail", f"{type(exc).__name__}: {exc}"
@@ -516,12 +516,3 @@ def _airflow_checks() -> Iterator[tuple[str, str, str]]:
         except importlib.metadata.PackageNotFoundError:
             continue
     yield "airflow", "ok", "not installed: plain-Python use"
-
-
-def _redact(url: Any) -> Any:
-    if not isinstance(url, str) or "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}"

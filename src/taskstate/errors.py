@@ -58,6 +58,11 @@ class BackendUnavailableError(BackendError, ConnectionError):
     """The storage server could not be reached after bounded retries."""
 
 
+class BackendBusyError(BackendError, TimeoutError):
+    """Another process held the state database's write lock for longer than the busy timeout;
+    the operation did nothing."""
+
+
 class SchemaMissingError(BackendError):
     """The backend's tables are missing or outdated; run `taskstate db migrate`."""
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
+from taskstate.redaction import redact_url
+
 T = TypeVar("T")
 
 
@@ -107,7 +109,8 @@ class StateBackend(ABC):
         """Release connections. The backend may be used again afterwards (it reconnects)."""
 
     def describe(self) -> str:
-        return self.url
+        """Where the state lives, safe to print (no password)."""
+        return redact_url(self.url)
 
     # Async twins: thread offload keeps one implementation of each operation. A backend with
     # a native async driver may override them.

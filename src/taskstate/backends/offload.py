@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from taskstate.backends.base import WorkerStateBackend
 from taskstate.errors import BackendError, ConfigError
+from taskstate.redaction import redact_json_options, redact_url, scrub, url_secrets
 from taskstate.settings import Settings
 
 if TYPE_CHECKING:
@@ -78,8 +79,10 @@ class OffloadBackend(WorkerStateBackend):
         try:
             self.fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
         except (ImportError, ValueError) as exc:
+            reason = scrub(str(exc), url_secrets(url))
             raise ConfigError(
-                f"[state_store] taskstate_offload_url = {url!r} cannot be opened: {exc}"
+                f"[state_store] taskstate_offload_url = {redact_url(url)!r} cannot be opened: "
+                f"{reason}"
             ) from None
         self.url = url
         self.root = root.rstrip("/")
@@ -105,7 +108,7 @@ class OffloadBackend(WorkerStateBackend):
             if not isinstance(options, dict):
                 raise ConfigError(
                     "[state_store] taskstate_offload_storage_options must be a JSON object, "
-                    f"got {settings.offload_storage_options!r}"
+                    f"got {redact_json_options(settings.offload_storage_options)!r}"
                 )
         return cls(
             settings.offload_url,
@@ -115,7 +118,7 @@ class OffloadBackend(WorkerStateBackend):
         )
 
     def __repr__(self) -> str:
-        return f"OffloadBackend({self.url!r})"
+        return f"OffloadBackend({redact_url(self.url)!r})"
 
     # -- the worker-backend contract --------------------------------------------------------
 
