@@ -15,7 +15,7 @@ from typing import Any
 
 from taskstate.backends import load_worker_backend, open_backend
 from taskstate.backends.base import Entry, StateBackend, WorkerStateBackend
-from taskstate.scope import AssetScope, TaskScope
+from taskstate.scope import AssetScope, TaskScope, check_writable
 from taskstate.settings import Settings
 from taskstate.values import (
     JsonValue,
@@ -125,6 +125,7 @@ class _Accessor:
     def _stored_text(self, key: str, value: object) -> str:
         """Validate, offload if configured, and size-check: everything before any I/O."""
         check_key(key)
+        check_writable(self.scope)
         text = encode_value(value)
         worker = self._worker
         if worker is not None and (
