@@ -148,7 +148,7 @@ def test_clean_dry_run_then_clean(run) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_db_and_doctor(run) -> None:  # type: ignore[no-untyped-def]
-    assert "version 1" in run("db", "migrate").stdout
+    assert "version 2" in run("db", "migrate").stdout
     assert "(current)" in run("db", "check").stdout
     checks = {c["check"]: c for c in json.loads(run("doctor", "--json").stdout)}
     assert checks["backend"]["status"] == "ok"

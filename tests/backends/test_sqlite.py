@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from taskstate.backends import sqlite as sqlite_backend
+from taskstate.backends.base import Entry
 from taskstate.backends.sqlite import SQLiteBackend, path_from_url
 from taskstate.errors import BackendError, ConfigError
 from taskstate.testing.contract import NOW, BackendContract
@@ -77,3 +80,17 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> Non
         for t in threads:
             t.join()
         assert errors == []
+
+
+def test_a_version_1_file_is_migrated_keeping_its_rows(tmp_path: Path) -> None:
+    path = tmp_path / "v1.db"
+    conn = sqlite3.connect(path)
+    conn.executescript(sqlite_backend.MIGRATIONS[0] + "; PRAGMA user_version = 1;")
+    conn.execute(
+        f"INSERT INTO {sqlite_backend.TABLE} VALUES (?, ?, ?, ?, ?)", ("ns", "k", "1", None, 5.0)
+    )
+    conn.commit()
+    conn.close()
+    backend = SQLiteBackend(f"sqlite:///{path}")
+    assert backend.get("ns", "k") == Entry("1", None, None)
+    assert backend.schema_status().up_to_date

@@ -28,7 +28,7 @@ def report() -> list[Check]:
                 "state store in charge",
                 "ok",
                 "Airflow's own (AIP-103, 3.3+); taskstate does not inject, and DAG code "
-                "written against taskstate runs on it unchanged",
+                "calling taskstate-only methods (update, compare_and_set) fails on it",
             )
         )
         return checks

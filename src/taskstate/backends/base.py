@@ -20,8 +20,12 @@ T = TypeVar("T")
 
 
 class Entry(NamedTuple):
+    """A stored value as the store sees it. `updated_by` is the writer, as compact JSON text
+    (`{"kind": "task", ...}` / `{"kind": "api", "subject": ...}`), or None when unknown."""
+
     value: str
     expires_at: float | None
+    updated_by: str | None = None
 
 
 class Row(NamedTuple):
@@ -30,6 +34,7 @@ class Row(NamedTuple):
     value: str
     expires_at: float | None
     updated_at: float
+    updated_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -53,12 +58,20 @@ class StateBackend(ABC):
     url: str
 
     @abstractmethod
-    def get(self, namespace: str, key: str) -> Entry | None: ...
+    def get(self, namespace: str, key: str) -> Entry | None:
+        """The stored entry of `key`, expired ones included (expiry is the store's rule)."""
 
     @abstractmethod
     def set(
-        self, namespace: str, key: str, value: str, expires_at: float | None, now: float
-    ) -> None: ...
+        self,
+        namespace: str,
+        key: str,
+        value: str,
+        expires_at: float | None,
+        now: float,
+        updated_by: str | None = None,
+    ) -> None:
+        """Insert or replace `key` atomically, stamping `updated_at = now` and the writer."""
 
     @abstractmethod
     def delete(self, namespace: str, key: str) -> None:
@@ -83,8 +96,9 @@ class StateBackend(ABC):
         """Atomic read-modify-write of one key.
 
         `fn` sees the current entry (expired ones included) and returns (entry to write or
-        None to write nothing, result). No other writer of that key runs in between; `fn`
-        may be called more than once if the backend retries, so it must be pure.
+        None to write nothing, result); the written entry's `updated_by` is stored with it.
+        No other writer of that key runs in between; `fn` may be called more than once if the
+        backend retries, so it must be pure.
         """
 
     @abstractmethod
@@ -118,9 +132,15 @@ class StateBackend(ABC):
         return await asyncio.to_thread(self.get, namespace, key)
 
     async def aset(
-        self, namespace: str, key: str, value: str, expires_at: float | None, now: float
+        self,
+        namespace: str,
+        key: str,
+        value: str,
+        expires_at: float | None,
+        now: float,
+        updated_by: str | None = None,
     ) -> None:
-        await asyncio.to_thread(self.set, namespace, key, value, expires_at, now)
+        await asyncio.to_thread(self.set, namespace, key, value, expires_at, now, updated_by)
 
     async def adelete(self, namespace: str, key: str) -> None:
         await asyncio.to_thread(self.delete, namespace, key)

@@ -58,22 +58,24 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS {TABLE}_expires
         ON {TABLE} (expires_at) WHERE expires_at IS NOT NULL;
     """,
+    # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows.
+    f"ALTER TABLE {TABLE} ADD COLUMN updated_by TEXT",
 ]
 
-_GET = f"SELECT value, expires_at FROM {TABLE} WHERE namespace = ? AND key = ?"
+_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE namespace = ? AND key = ?"
 _SET = (
-    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at) VALUES (?, ?, ?, ?, ?) "
+    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
+    "VALUES (?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
-    "expires_at = excluded.expires_at, updated_at = excluded.updated_at"
+    "expires_at = excluded.expires_at, updated_at = excluded.updated_at, "
+    "updated_by = excluded.updated_by"
 )
 _DELETE = f"DELETE FROM {TABLE} WHERE namespace = ? AND key = ?"
 _CLEAR = f"DELETE FROM {TABLE} WHERE namespace = ?"
 _CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE namespace >= ? AND namespace < ?"
-_SCAN_ALL = f"SELECT namespace, key, value, expires_at, updated_at FROM {TABLE} ORDER BY 1, 2"
-_SCAN_RANGE = (
-    f"SELECT namespace, key, value, expires_at, updated_at FROM {TABLE} "
-    "WHERE namespace >= ? AND namespace < ? ORDER BY 1, 2"
-)
+_COLUMNS = "namespace, key, value, expires_at, updated_at, updated_by"
+_SCAN_ALL = f"SELECT {_COLUMNS} FROM {TABLE} ORDER BY 1, 2"
+_SCAN_RANGE = f"SELECT {_COLUMNS} FROM {TABLE} WHERE namespace >= ? AND namespace < ? ORDER BY 1, 2"
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= ?"
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
 # Bounded: one bound parameter however large the batch (stock SQLite caps variables at 999/32766).
@@ -243,13 +245,19 @@ class SQLiteBackend(StateBackend):
     @_typed_errors
     def get(self, namespace: str, key: str) -> Entry | None:
         row = self._conn().execute(_GET, (namespace, key)).fetchone()
-        return None if row is None else Entry(row[0], row[1])
+        return None if row is None else Entry(*row)
 
     @_typed_errors
     def set(
-        self, namespace: str, key: str, value: str, expires_at: float | None, now: float
+        self,
+        namespace: str,
+        key: str,
+        value: str,
+        expires_at: float | None,
+        now: float,
+        updated_by: str | None = None,
     ) -> None:
-        self._conn().execute(_SET, (namespace, key, value, expires_at, now))
+        self._conn().execute(_SET, (namespace, key, value, expires_at, now, updated_by))
 
     @_typed_errors
     def delete(self, namespace: str, key: str) -> None:
@@ -275,9 +283,10 @@ class SQLiteBackend(StateBackend):
     ) -> T:
         with self._write_transaction(self._conn()) as conn:
             row = conn.execute(_GET, (namespace, key)).fetchone()
-            new, result = fn(None if row is None else Entry(row[0], row[1]))
+            new, result = fn(None if row is None else Entry(*row))
             if new is not None:
-                conn.execute(_SET, (namespace, key, new.value, new.expires_at, now))
+                params = (new.value, new.expires_at, now, new.updated_by)
+                conn.execute(_SET, (namespace, key, *params))
         return result
 
     def scan(self, prefix: str = "") -> Iterator[Row]:
