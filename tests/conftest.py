@@ -1,13 +1,24 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 from tests.postgres_server import PostgresServer, running_server
 
 from taskstate import StateStore
 from taskstate.settings import Settings
+
+# Property tests are deterministic and bounded in CI: the same examples on every run, a fixed
+# budget (a test's own `@settings(max_examples=...)` overrides the budget, never the seed).
+# HYPOTHESIS_PROFILE=explore searches randomly with a larger budget, for local bug hunts.
+hypothesis_settings.register_profile(
+    "ci", derandomize=True, max_examples=200, deadline=None, database=None, print_blob=True
+)
+hypothesis_settings.register_profile("explore", max_examples=5000, deadline=None)
+hypothesis_settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 class Clock:

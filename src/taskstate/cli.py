@@ -454,11 +454,8 @@ def db_check() -> None:
     store = _store()
     status = store.backend.schema_status()
     if not status.up_to_date:
-        raise click.ClickException(
-            f"{store.backend.describe()}: schema version {status.current or 'none'}, "
-            f"need {status.latest}; run `taskstate db migrate`"
-        )
-    click.echo(f"{store.backend.describe()}: schema version {status.current} (current)")
+        raise click.ClickException(f"{store.backend.describe()}: {status.describe()}")
+    click.echo(f"{store.backend.describe()}: {status.describe()}")
 
 
 @main.command()
@@ -492,13 +489,8 @@ def _doctor_checks() -> Iterator[tuple[str, str, str]]:
     try:
         store = lazy.store
         status = store.backend.schema_status()
-        state = "ok" if status.up_to_date else "fail"
-        hint = "" if status.up_to_date else "; run `taskstate db migrate`"
-        yield (
-            "backend",
-            state,
-            f"{redact_url(store.backend.describe())}: schema {status.current}{hint}",
-        )
+        state = "ok" if status.up_to_date else "warn" if status.newer else "fail"
+        yield "backend", state, f"{redact_url(store.backend.describe())}: {status.describe()}"
     except Exception as exc:  # doctor reports every failure instead of stopping at one
         yield "backend", "fail", f"{type(exc).__name__}: {exc}"
     yield from _airflow_checks()

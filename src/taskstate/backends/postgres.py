@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator
@@ -70,6 +71,18 @@ MIGRATIONS: list[str] = [
     """,
     # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows.
     f"ALTER TABLE {TABLE} ADD COLUMN updated_by text",
+    # 3: a b-tree entry is at most ~2700 bytes, and a namespace + key can be more (a 1500-char
+    # asset name in a 4-byte script is 6000), which failed with "index row size exceeds btree
+    # maximum". The identity becomes the fixed-size hashes of both (a real primary key, so
+    # replication keeps working); order and prefix ranges use the first 200 characters of
+    # the namespace (at most 800 bytes). Rows stay as they are.
+    f"""
+    ALTER TABLE {TABLE}
+        ADD COLUMN namespace_md5 uuid GENERATED ALWAYS AS (md5(namespace)::uuid) STORED,
+        ADD COLUMN key_md5 uuid GENERATED ALWAYS AS (md5(key)::uuid) STORED;
+    ALTER TABLE {TABLE} DROP CONSTRAINT {TABLE}_pkey, ADD PRIMARY KEY (namespace_md5, key_md5);
+    CREATE INDEX {TABLE}_order ON {TABLE} ((left(namespace, 200)));
+    """,
 ]
 
 # Serialises concurrent `migrate()` calls (pg_advisory_xact_lock key; "tsdb" in ASCII).
@@ -80,33 +93,40 @@ _CREATE_VERSION_TABLE = (
 )
 _CURRENT_VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"
 
-_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE namespace = %s AND key = %s"
+# One key, found through the primary key; parameters (namespace, key).
+_KEY = "(namespace_md5, key_md5) = (md5(%s)::uuid, md5(%s)::uuid)"
+_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE {_KEY}"
 _LOCK = _GET + " FOR UPDATE"
-_SET = (
+_INSERT = (
     f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
-    "VALUES (%s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
-    "expires_at = excluded.expires_at, updated_at = excluded.updated_at, "
-    "updated_by = excluded.updated_by"
+    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (namespace_md5, key_md5) DO "
 )
-_CREATE = (
-    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
-    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (namespace, key) DO NOTHING"
+_SET = _INSERT + (
+    "UPDATE SET value = excluded.value, expires_at = excluded.expires_at, "
+    "updated_at = excluded.updated_at, updated_by = excluded.updated_by"
 )
+_CREATE = _INSERT + "NOTHING"
 _UPDATE = (
-    f"UPDATE {TABLE} SET value = %s, expires_at = %s, updated_at = %s, updated_by = %s "
-    "WHERE namespace = %s AND key = %s"
+    f"UPDATE {TABLE} SET value = %s, expires_at = %s, updated_at = %s, updated_by = %s WHERE {_KEY}"
 )
-_DELETE = f"DELETE FROM {TABLE} WHERE namespace = %s AND key = %s"
-_CLEAR = f"DELETE FROM {TABLE} WHERE namespace = %s"
-_CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE namespace >= %s AND namespace < %s"
+_DELETE = f"DELETE FROM {TABLE} WHERE {_KEY}"
+_CLEAR = f"DELETE FROM {TABLE} WHERE namespace_md5 = md5(%s)::uuid"
+# Namespaces in [lo, hi): the truncated bounds let the order index narrow the range (cutting
+# both sides of a comparison to 200 characters keeps it true in byte order).
+_RANGE = (
+    "left(namespace, 200) >= left(%(lo)s, 200) AND left(namespace, 200) <= left(%(hi)s, 200) "
+    "AND namespace >= %(lo)s AND namespace < %(hi)s"
+)
+_CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE {_RANGE}"
 _CLEAR_ALL = f"DELETE FROM {TABLE}"
-# Keyset pages: a scan of millions of rows never holds a cursor or a transaction open.
+# Keyset pages: a scan of millions of rows never holds a cursor or a transaction open. Ordering
+# by the indexed prefix first is the same order as (namespace, key), and lets the server read
+# the index in order and sort only rows sharing a 200-character prefix.
+_ORDER = "ORDER BY left(namespace, 200), namespace, key LIMIT %(limit)s"
+_AFTER = "left(namespace, 200) >= left(%(ns)s, 200) AND (namespace, key) > (%(ns)s, %(key)s)"
 _SCAN_COLUMNS = f"SELECT namespace, key, value, expires_at, updated_at, updated_by FROM {TABLE} "
-_SCAN_PAGE = _SCAN_COLUMNS + "WHERE (namespace, key) > (%s, %s) ORDER BY 1, 2 LIMIT %s"
-_SCAN_RANGE_PAGE = (
-    _SCAN_COLUMNS + "WHERE namespace < %s AND (namespace, key) > (%s, %s) ORDER BY 1, 2 LIMIT %s"
-)
+_SCAN_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} {_ORDER}"
+_SCAN_RANGE_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} AND {_RANGE} {_ORDER}"
 _SCAN_PAGE_SIZE = 1000
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= %s"
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= %s"
@@ -145,6 +165,7 @@ _TRANSIENT_CONNECT = (
 # 57P05 idle session timeout). 57014 (statement_timeout) is not: asking again won't help.
 _TRANSIENT_CLASSES = ("08", "40", "53")
 _TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03", "55P03"})
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # Pools inherited through fork(): kept referenced so that garbage collection in the child never
 # closes them (closing would end the parent's sessions on the shared sockets).
 _INHERITED: list[ConnectionPool[Any]] = []
@@ -156,6 +177,15 @@ def conninfo_from_url(url: str) -> str:
     if not sep or scheme.split("+")[0] not in ("postgresql", "postgres"):
         raise ConfigError(
             f"not a PostgreSQL URL: {redact_url(url)!r}; write postgresql://user@host/db"
+        )
+    # libpq ends the user info at the first "/" or "@": an unencoded one in the password
+    # would make the rest of it the host or database name, shown in every message.
+    userinfo = rest.partition("?")[0].rpartition("@")[0]
+    password = userinfo.partition(":")[2]
+    if "/" in password or "@" in password or _BAD_ESCAPE.search(password):
+        raise ConfigError(
+            f"the password in the PostgreSQL URL {redact_url(url)!r} must be percent-encoded: "
+            "write / as %2F, @ as %40 and % as %25 (urllib.parse.quote(password, safe=''))"
         )
     return "postgresql://" + rest
 
@@ -384,7 +414,7 @@ class PostgresBackend(StateBackend):
     def clear_prefix(self, prefix: str) -> int:
         if not prefix:
             return self._run(lambda conn: conn.execute(_CLEAR_ALL).rowcount)
-        bounds = (prefix, prefix_upper_bound(prefix))
+        bounds = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
         return self._run(lambda conn: conn.execute(_CLEAR_RANGE, bounds).rowcount)
 
     def transact(
@@ -433,9 +463,10 @@ class PostgresBackend(StateBackend):
 
     @staticmethod
     def _scan_page(conn: psycopg.Connection[Any], prefix: str, after: tuple[str, str]) -> list[Any]:
+        params = {"ns": after[0], "key": after[1], "limit": _SCAN_PAGE_SIZE}
         if not prefix:
-            return conn.execute(_SCAN_PAGE, (*after, _SCAN_PAGE_SIZE), prepare=True).fetchall()
-        params = (prefix_upper_bound(prefix), *after, _SCAN_PAGE_SIZE)
+            return conn.execute(_SCAN_PAGE, params, prepare=True).fetchall()
+        params.update(lo=prefix, hi=prefix_upper_bound(prefix))
         return conn.execute(_SCAN_RANGE_PAGE, params, prepare=True).fetchall()
 
     def count_expired(self, now: float) -> int:
