@@ -134,13 +134,15 @@ def test_example_my_batch_operator(airflow_home: AirflowHome) -> None:
     assert names == ["eu", "nightly-aggregate", "us"]
 
 
-def test_doctor_reports_the_injection_and_warns_on_sqlite_with_celery(
+def test_doctor_reports_the_injection_and_fails_on_sqlite_with_celery(
     airflow_home: AirflowHome,
 ) -> None:
     checks = airflow_home.doctor(env={"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"})
     assert checks["airflow"] == ("ok", f"Airflow {airflow_home.airflow_version}")
     assert checks["state store in charge"][1].startswith("taskstate")
     assert checks["injection"][0] == "ok"
-    status, detail = checks["executor"]
-    assert status == "warn" and "taskstate_url = postgresql://" in detail
-    assert airflow_home.doctor()["executor"][0] == "ok"
+    status, detail = checks["executor CeleryExecutor"]
+    assert status == "fail" and "[state_store] taskstate_url" in detail
+    assert "postgresql://" in detail and "http(s)://" in detail
+    local = {c: s for c, (s, _) in airflow_home.doctor().items() if c.startswith("executor")}
+    assert list(local.values()) == ["ok"], local

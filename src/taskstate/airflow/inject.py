@@ -22,7 +22,8 @@ from taskstate.airflow.attempts import (
     input_fingerprint,
     rerun_reason,
 )
-from taskstate.errors import BackendError
+from taskstate.airflow.executors import check_task_store
+from taskstate.errors import BackendError, ConfigError
 from taskstate.scope import TaskScope
 from taskstate.store import StateStore
 from taskstate.values import expires_at
@@ -51,6 +52,8 @@ class StoreUnavailable:
         self._error = error
 
     def __getattr__(self, name: str) -> NoReturn:
+        if isinstance(self._error, ConfigError):  # says what to set: show it as it is
+            raise ConfigError(str(self._error)) from self._error
         raise BackendError(
             f"taskstate could not open this task's state store: {self._error}; "
             "run `taskstate doctor` to check the settings and the backend"
@@ -76,6 +79,7 @@ class InjectState:
         task = context["task"]
         try:
             store = process_store()
+            check_task_store(context, store.settings)
             state = store.task_state(task_scope(context["ti"]))
             reason = self._start_over_reason(store, state.scope, context)
             if reason is not None:
