@@ -55,6 +55,8 @@ T = TypeVar("T")
 TABLE = "taskstate_entries"
 VERSION_TABLE = "taskstate_schema_version"
 
+_HEX32 = "[0-9a-f]{32}"
+
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 # COLLATE "C": byte order, so a namespace prefix is an index range scan (and matches SQLite).
 MIGRATIONS: list[str] = [
@@ -69,8 +71,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX {TABLE}_expires ON {TABLE} (expires_at) WHERE expires_at IS NOT NULL;
     """,
-    # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows.
-    f"ALTER TABLE {TABLE} ADD COLUMN updated_by text",
+    # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows. And an
+    # offload reference, once a JSON object a user value could mimic, becomes "@taskstate-ref:…"
+    # (no JSON text starts with "@").
+    f"""
+    ALTER TABLE {TABLE} ADD COLUMN updated_by text;
+    UPDATE {TABLE} SET value = '@taskstate-ref:' || substr(value, 23, 98)
+        WHERE value ~ '^\\{{"__taskstate_ref__":"{_HEX32}/{_HEX32}/{_HEX32}"\\}}$';
+    """,
     # 3: a b-tree entry is at most ~2700 bytes, and a namespace + key can be more (a 1500-char
     # asset name in a 4-byte script is 6000), which failed with "index row size exceeds btree
     # maximum". The identity becomes the fixed-size hashes of both (a real primary key, so
@@ -448,6 +456,18 @@ class PostgresBackend(StateBackend):
                     if committing:
                         raise _CommitOutcomeUnknown() from exc
                     raise
+
+        return self._run(op)
+
+    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+        params = [
+            (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
+        ]
+
+        def op(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(_SET if replace else _CREATE, params)
+                return cursor.rowcount
 
         return self._run(op)
 
