@@ -382,7 +382,7 @@ def _describe(side: Side, home: AirflowHome) -> dict[str, str]:
         text=True,
     )
     metadata = side.metadata_label
-    if side.metadata == "sqlite":  # what Airflow's file really uses (Airflow sets no pragma)
+    if side.metadata == "sqlite":  # what Airflow's file really uses (it sets WAL on connect)
         with sqlite3.connect(home.db) as conn:
             journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
         metadata += f" (journal_mode={journal})"
