@@ -37,10 +37,10 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:,.0f}×" if a / b >= 10 else f"{a / b:.2f}×"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def _table(header: list[str], rows: list[list[str]], text_columns: int = 4) -> list[str]:
     lines = [
         "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
+        "|" + "|".join("---" if i < text_columns else "---:" for i in range(len(header))) + "|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
@@ -63,7 +63,7 @@ class Context:
 def _side_cells(ctx: Context, key: str) -> list[str]:
     described = ctx.sides.get(key, {}).get("describe", {})
     return [
-        f"{key}: {described.get('name', key)}",
+        f"`{key}` {str(described.get('name', key)).split(': ', 1)[-1]}",
         described.get("store", "?"),
         described.get("metadata", "?"),
     ]
