@@ -133,6 +133,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "taskstate", *args],
         capture_output=True,
+        stdin=subprocess.DEVNULL,
         text=True,
         env={**clean, **env},
         check=False,
@@ -153,6 +154,10 @@ def test_no_cli_output_shows_a_planted_secret(tmp_path: Path) -> None:
         "task get": _cli(env, "task", "get", *SCOPE, "k"),
         "task set": _cli(env, "task", "set", *SCOPE, "k", "1"),
         "export": _cli(env, "export"),
+        "import": _cli(env, "import", "-"),
+        "clean": _cli(env, "clean", "--dry-run"),
+        "task list": _cli(env, "task", "list", "--dag-id", "d"),
+        "asset get": _cli(env, "asset", "get", "--name", "a", "k"),
     }
     bad_urls = (
         f"mysql://u:{SECRET}@h/db",

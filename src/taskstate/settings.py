@@ -78,7 +78,8 @@ def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every option taskstate reads. Field metadata names the (section, option) it comes from."""
+    """Every option taskstate reads; `_OPTIONS` below names the (section, option) of each field
+    and how its text is parsed."""
 
     backend: str | None = None
     taskstate_url: str | None = None
