@@ -179,3 +179,15 @@ def test_no_cli_output_shows_a_planted_secret(tmp_path: Path) -> None:
     assert "***" in shown["setting taskstate_url"]
     assert "***" in shown["setting offload_storage_options"]
     assert "invalid port" in shown["backend"]  # the reason is still there, minus the secret
+
+
+def test_a_failing_cmd_option_does_not_show_the_secret_it_carries() -> None:
+    command = f"sh -c 'echo postgresql://u:{SECRET}@h/db >&2; exit 3'"
+    with pytest.raises(ConfigError, match="exited with 3") as caught:
+        Settings.load({"AIRFLOW__STATE_STORE__TASKSTATE_URL_CMD": command})
+    assert SECRET not in str(caught.value)
+    with pytest.raises(ConfigError, match="cannot run") as unbalanced:  # not a traceback
+        Settings.load(
+            {"AIRFLOW__STATE_STORE__TASKSTATE_URL_CMD": f"echo 'postgresql://u:{SECRET}@h"}
+        )
+    assert SECRET not in str(unbalanced.value)
