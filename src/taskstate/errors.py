@@ -74,6 +74,11 @@ class BackendUnavailableError(BackendError, ConnectionError):
     """The storage server could not be reached after bounded retries."""
 
 
+class BackendBusyError(BackendError, TimeoutError):
+    """Another process held the state database's write lock for longer than the busy timeout;
+    the operation did nothing."""
+
+
 class OffloadedValueMissingError(BackendError):
     """A row names an offloaded object that is not in object storage."""
 

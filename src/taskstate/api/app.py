@@ -18,6 +18,7 @@ from taskstate.api import errors, models, routes_asset, routes_discovery, routes
 from taskstate.api.auth import Auth
 from taskstate.api.context import AppContext, Hosting, max_page_limit
 from taskstate.store import StateStore
+from taskstate.ui.pages import install as install_ui
 
 BASE_PATH = "/taskstate"
 
@@ -40,6 +41,7 @@ def create_app(store: StateStore, auth: Auth, *, hosting: Hosting | None = None)
     if ctx.hosting.asset_by_id is not None:
         app.include_router(routes_asset.by_id)
     app.include_router(routes_discovery.router)
+    install_ui(app)  # the state pages at /ui/ (issue 14), clients of the routes above
 
     @app.get("/health", response_model=models.Health, tags=["Health"])
     def health() -> models.Health:
