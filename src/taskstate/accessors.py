@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskstate.backends.base import Entry, Row
 from taskstate.errors import KeyNotFoundError, PreconditionFailedError
-from taskstate.scope import AssetScope, TaskScope, task_prefix
+from taskstate.scope import AssetScope, TaskScope, check_writable, task_prefix
 from taskstate.stored import (
     DEFAULT_EXPIRY,
     GONE,
@@ -110,8 +110,9 @@ class _Accessor:
     # -- writing --------------------------------------------------------------------------
 
     def _encode(self, key: str, value: object) -> str:
-        """The pure half of a write: key and value rules; the size rule unless offloaded."""
+        """The pure half of a write: key, scope and value rules; the size rule unless offloaded."""
         check_key(key)
+        check_writable(self.scope)
         text = encode_value(value)
         if not self._offloads(text):
             check_size(text, self._limit, key, offload_configured=self._worker is not None)
@@ -298,13 +299,18 @@ class _Accessor:
 
     # -- async twins ----------------------------------------------------------------------
 
+    # Thread offload keeps one implementation of each operation; the event loop never blocks.
+
     async def aget(self, key: str, default: Any = None) -> Any:
+        """`get` for async code (deferrable operators, triggers)."""
         return await asyncio.to_thread(self.get, key, default)
 
     async def adelete(self, key: str) -> None:
+        """`delete` for async code."""
         await asyncio.to_thread(self.delete, key)
 
     async def aclear(self) -> None:
+        """`clear` for async code."""
         await asyncio.to_thread(self.clear)
 
     def __repr__(self) -> str:
@@ -371,6 +377,7 @@ class TaskStateStore(_Accessor):
         self._store._discard(refs)
 
     async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
+        """`set` for async code."""
         await asyncio.to_thread(self._set, key, value, retention)
 
 
@@ -401,6 +408,7 @@ class AssetStateStore(_Accessor):
         return self._compare_and_set(key, expected, new, None)
 
     async def aset(self, key: str, value: JsonValue) -> None:
+        """`set` for async code."""
         await asyncio.to_thread(self._set, key, value, None)
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from taskstate.errors import ConfigError
+from taskstate.redaction import redact_json_options, redact_url
 
 # Airflow's own default for `[state_store] backend`; naming it (or nothing) selects our
 # built-in backends by `taskstate_url`.
@@ -108,6 +109,21 @@ class Settings:
     def uses_builtin_backend(self) -> bool:
         return self.backend is None or self.backend in AIRFLOW_METASTORE_BACKENDS
 
+    def redacted(self) -> dict[str, Any]:
+        """Every option as it may be shown: URLs and storage options without their secrets."""
+        shown: dict[str, Any] = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, str):
+                hide = redact_json_options if field.name in _JSON_OPTIONS else redact_url
+                value = hide(value)
+            shown[field.name] = value
+        return shown
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.redacted().items())
+        return f"Settings({shown})"
+
 
 _OPTIONS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     "backend": ("state_store", "backend", _text),
@@ -147,6 +163,9 @@ _OPTIONS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
     ),
     "offload_storage_options": ("state_store", "taskstate_offload_storage_options", _text),
 }
+
+# Options holding a JSON object whose entries may be credentials.
+_JSON_OPTIONS = frozenset({"offload_storage_options"})
 
 Lookup = Callable[[str, str], "str | None"]
 
