@@ -429,8 +429,12 @@ class Metrics:
         try:
             yield
         finally:
+            self.timing(name, perf_counter() - start, tags)
+
+    def timing(self, name: str, seconds: float, tags: Tags = ()) -> None:
+        if self.sinks:
             slot = self.slot(name, tags, TIMER)
-            slot[1] += perf_counter() - start
+            slot[1] += seconds
             slot[0] += 1
 
     def meter(self, kind: str, backend: str) -> OpMeter:
