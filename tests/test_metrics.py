@@ -102,6 +102,8 @@ def test_every_operation_sends_a_timer_and_a_call_count(
             assert unit == "ms" and 0 < value < 10_000, (name, value)
             calls = got[f"airflow.taskstate.{kind}.{op}.calls,backend=sqlite"]
             assert calls == ((2.0 if op == "set" else 1.0), "c"), name
+            total_ms, unit = got[f"airflow.taskstate.{kind}.{op}.total_ms,backend=sqlite"]
+            assert unit == "c" and total_ms == pytest.approx(value * calls[0], rel=0.01, abs=0.01)
         # 1, 2, 3 (update), 4 (compare_and_set), "x" (write): the encoded JSON's bytes
         assert got[f"airflow.taskstate.{kind}.value_bytes,backend=sqlite"] == (7.0, "c")
 
@@ -114,7 +116,11 @@ def test_without_tagging_the_backend_tag_is_dropped_and_the_prefix_applies(
     store.task_state(SCOPE).get("absent")
     metrics.flush()
     names = set(parsed(received(listener)))
-    assert names == {"prod.taskstate.task.get", "prod.taskstate.task.get.calls"}
+    assert names == {
+        "prod.taskstate.task.get",
+        "prod.taskstate.task.get.calls",
+        "prod.taskstate.task.get.total_ms",
+    }
 
 
 def test_conflicts_errors_and_allow_block_lists(tmp_path: Path, listener: socket.socket) -> None:
@@ -182,7 +188,7 @@ def test_offload_bytes_objects_and_update_retries(tmp_path: Path, listener: sock
     assert got["airflow.taskstate.offload.objects"] == (4.0, "c")
     sizes = [len(big) + 2, len(big) + 3, len(big) + 3, len(big) + 4]  # JSON strings: quotes
     assert got["airflow.taskstate.offload.bytes"] == (float(sum(sizes)), "c")
-    assert got["airflow.taskstate.task.update.retries"] == (1.0, "c")
+    assert got["airflow.taskstate.task.retries"] == (1.0, "c")
 
 
 def test_cleanup_reports_rows_batches_and_duration(tmp_path: Path, listener: socket.socket) -> None:
@@ -211,7 +217,7 @@ def test_nothing_is_sent_twice_and_quiet_metrics_are_not_sent(
     acc = open_store(tmp_path, metrics).task_state(SCOPE)
     acc.get("k")
     metrics.flush()
-    assert len(received(listener)) == 2
+    assert len(received(listener)) == 3  # timer, .calls, .total_ms
     metrics.flush()
     assert received(listener) == []
     acc.get("k")

@@ -15,8 +15,9 @@ The hot path pays for none of this when metrics are off: `StateStore.task_state(
 returns the plain accessor class. When they are on it returns a subclass made here whose
 methods time the call and add it to in-process totals under one lock; a daemon thread sends
 the totals every `[metrics] taskstate_flush_seconds` (default 10) and at exit — one datagram
-per metric per interval, never one per call. A timer is sent as the interval's mean with a
-`.calls` counter beside it, so rates are exact whatever the StatsD server does with samples.
+per metric per interval, never one per call. A timer is sent as the interval's mean, with
+`.calls` and `.total_ms` counters beside it: rates and call-weighted mean latencies
+(`total_ms / calls`) stay exact whatever the StatsD server does with timer samples.
 
 Tracing: when an OpenTelemetry tracer provider is configured (Airflow 3's `[traces] otel_on`
 configures the global one), each store call is a span, a child of the current span (Airflow's
@@ -195,6 +196,7 @@ class AirflowSink:
             if s.kind == TIMER:
                 stats.timing(s.name, timedelta(seconds=s.total / s.count), tags=tags)
                 stats.incr(s.name + ".calls", s.count, tags=tags)
+                stats.incr(s.name + ".total_ms", round(s.total * 1000, 3), tags=tags)
             elif s.kind == COUNTER:
                 stats.incr(s.name, int(s.total), tags=tags)
             else:
@@ -232,6 +234,7 @@ class StatsdSink:
                 if s.kind == TIMER:
                     pipe.timing(name, s.total / s.count * 1000)
                     pipe.incr(self._name(s.name + ".calls", s.tags), s.count)
+                    pipe.incr(self._name(s.name + ".total_ms", s.tags), round(s.total * 1000, 3))
                 elif s.kind == COUNTER:
                     pipe.incr(name, int(s.total))
                 else:
@@ -240,7 +243,7 @@ class StatsdSink:
 
 class OtelSink:
     """OpenTelemetry metrics on the global meter provider: timers as histograms (ms, the
-    interval's mean) beside `.calls` counters, counters, gauges."""
+    interval's mean) beside `.calls` and `.total_ms` counters, counters, gauges."""
 
     def __init__(self, settings: MetricsSettings) -> None:
         from opentelemetry import metrics
@@ -269,6 +272,7 @@ class OtelSink:
             if s.kind == TIMER:
                 self._instrument(s.name, TIMER).record(s.total / s.count * 1000, tags)
                 self._instrument(s.name + ".calls", COUNTER).add(s.count, tags)
+                self._instrument(s.name + ".total_ms", COUNTER).add(s.total * 1000, tags)
             elif s.kind == COUNTER:
                 self._instrument(s.name, COUNTER).add(s.total, tags)
             else:
@@ -715,7 +719,7 @@ def _commit_if_unchanged(
 ) -> bool:
     done: bool = super(type(self), self)._commit_if_unchanged(key, seen, entry, uploaded)
     if not done:
-        self._meter.event("update.retries")
+        self._meter.event("retries")
     return done
 
 
