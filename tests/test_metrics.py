@@ -5,13 +5,16 @@ the Prometheus text parses with prometheus_client's own parser."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -431,3 +434,74 @@ def test_a_forked_child_does_not_send_its_parents_totals(
     assert child["airflow.taskstate.task.get.calls"] == (1.0, "c")
     metrics.flush()
     assert parsed(received(listener))["airflow.taskstate.task.get.calls"] == (1.0, "c")
+
+
+def exporter_names(datagrams: list[str], mappings: list[tuple[str, str, bool]]) -> set[str]:
+    """What Prometheus's statsd_exporter calls each datagram: the first matching mapping's
+    name (`*` = one dot-separated part; observer mappings match timers only), else its default
+    (dots to underscores); an observer also has `_sum` and `_count`."""
+    names = set()
+    for line in datagrams:
+        name, _, rest = line.partition(":")
+        timer = rest.endswith("|ms")
+        matching = (
+            mapped
+            for pattern, mapped, observer in mappings
+            if re.match("^" + re.escape(pattern).replace(r"\*", "[^.]+") + "$", name)
+            and (timer or not observer)
+        )
+        mapped = next(matching, name.replace(".", "_"))
+        names |= {mapped, f"{mapped}_sum", f"{mapped}_count"} if timer else {mapped}
+    return names
+
+
+def test_the_grafana_dashboard_queries_only_metrics_we_send(
+    tmp_path: Path, listener: socket.socket
+) -> None:
+    """docs/grafana-taskstate.json through docs/metrics.md's statsd_exporter mappings: every
+    metric a panel queries is one taskstate sends."""
+    metrics = statsd_metrics(listener)
+    offload = OffloadBackend(f"file://{tmp_path}/objects", keep_versions_s=0)
+    now = [1_000_000.0]
+    store = open_store(tmp_path, metrics, worker_backend=offload, clock=lambda: now[0])
+    for acc, other in (
+        (store.task_state(SCOPE), store.task_state(SCOPE)),
+        (store.asset_state(ASSET), store.asset_state(ASSET)),
+    ):
+        acc.set("k", 1)
+        raced: list[int] = []
+
+        def race(value: int, other: Any = other, raced: list[int] = raced) -> int:
+            if not raced:  # another writer commits first: one retry
+                raced.append(value)
+                other.set("k", 5)
+            return value + 1
+
+        acc.update("k", race)
+        acc.compare_and_set("k", 1, 2)
+        with pytest.raises(InvalidValueError):
+            acc.set("k", float("nan"))
+    store.task_state(SCOPE).write("gone", 1, expires_at=now[0] + 1)
+    now[0] += 10
+    store.cleanup()
+    metrics.count("taskstate.api.status.2xx")  # what the HTTP API adds (tests/api)
+    metrics.timing("taskstate.api.request", 0.001)
+    metrics.flush()
+    doc = (REPO / "docs" / "metrics.md").read_text()
+    mappings = [
+        (pattern, name, "observer" in between)
+        for pattern, between, name in re.findall(
+            r'- match: "([^"]+)"\n(.*?)\s+name: "([^"]+)"', doc, re.DOTALL
+        )
+    ]
+    assert len(mappings) == 7
+    sent = exporter_names(received(listener), mappings)
+    dashboard = json.loads((REPO / "docs" / "grafana-taskstate.json").read_text())
+    queried = {
+        metric
+        for panel in dashboard["panels"]
+        for target in panel["targets"]
+        for metric in re.findall(r"\b(?:airflow_)?taskstate_[a-z0-9_]+", target["expr"])
+    }
+    assert len(queried) > 10
+    assert queried <= sent, sorted(queried - sent)
