@@ -416,6 +416,37 @@ def test_otel_metrics_reach_an_in_memory_reader(tmp_path: Path) -> None:
     assert "taskstate.task.set.calls {'backend': 'sqlite'} 1" in lines, lines
 
 
+def test_a_child_leaving_by_os_exit_flushes_at_logging_shutdown(
+    tmp_path: Path, listener: socket.socket
+) -> None:
+    """As Airflow 2's forked task process leaves: `logging.shutdown()`, then `os._exit`
+    (no atexit handlers)."""
+    env = {
+        "AIRFLOW_HOME": str(tmp_path),
+        "AIRFLOW__METRICS__STATSD_ON": "True",
+        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+        "AIRFLOW__METRICS__STATSD_PORT": str(listener.getsockname()[1]),
+    }
+    proc = run_python(
+        f"""
+        import logging, os
+        from taskstate import StateStore, TaskScope
+        state = StateStore("sqlite:///{tmp_path}/s.db").task_state(TaskScope("d", "r", "t"))
+        pid = os.fork()
+        if pid == 0:
+            state.set("k", 1)
+            logging.shutdown()
+            os._exit(0)
+        os.waitpid(pid, 0)
+        os._exit(0)  # the parent sends nothing: it did nothing
+        """,
+        env,
+    )
+    assert proc.returncode == 0, proc.stderr
+    got = parsed(received(listener))
+    assert got["airflow.taskstate.task.set.calls"] == (1.0, "c")
+
+
 def test_a_forked_child_does_not_send_its_parents_totals(
     tmp_path: Path, listener: socket.socket
 ) -> None:

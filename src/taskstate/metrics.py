@@ -73,30 +73,42 @@ TIMER, COUNTER, GAUGE = "timer", "counter", "gauge"
 Tags = tuple[tuple[str, str], ...]
 
 
-def airflow_stats() -> Any:
-    """Airflow's `Stats`, if Airflow is already loaded in this process (never imported here)."""
+_AIRFLOW_STATS = (
+    "airflow.sdk.observability.stats",  # Airflow 3.2+: tasks (set up by the task runner)
+    "airflow.observability.stats",  # Airflow 3.2+: scheduler, api-server
+    "airflow.stats",  # Airflow 2.x, 3.0, 3.1
+)
+
+
+def _stats_candidates() -> Iterator[Any]:
+    """Airflow's Stats classes, if Airflow is already loaded (never imported here)."""
     if "airflow" not in sys.modules:
-        return None
-    for module, name in (
-        ("airflow.sdk.observability.stats", "Stats"),  # Airflow 3.2+
-        ("airflow.stats", "Stats"),  # Airflow 2.x, 3.0, 3.1
-    ):
+        return
+    for module in _AIRFLOW_STATS:
         try:
-            return getattr(__import__(module, fromlist=[name]), name)
+            yield __import__(module, fromlist=["Stats"]).Stats
         except (ImportError, AttributeError):
             continue
+
+
+def airflow_stats() -> Any:
+    """Airflow's Stats, if Airflow is already loaded in this process (never imported here)."""
+    return next(_stats_candidates(), None)
+
+
+def _ready_airflow_stats() -> Any:
+    """The first of Airflow's Stats that this process has set up (Airflow 3.2+'s task runner
+    sets up the SDK's; an in-process `airflow dags test` sets up none, and a Stats nobody set
+    up drops everything)."""
+    for stats in _stats_candidates():
+        try:
+            factory = type.__getattribute__(stats, "factory")
+            instance = type.__getattribute__(stats, "instance")
+        except AttributeError:  # a Stats of another shape: trust it
+            return stats
+        if factory is not None or instance is not None:
+            return stats
     return None
-
-
-def _stats_ready(stats: Any) -> bool:
-    """Whether this process set up Airflow's `Stats` (Airflow 3.2+'s task runner does; an
-    in-process `airflow dags test` does not, and its `Stats` would drop everything)."""
-    try:
-        factory = type.__getattribute__(stats, "factory")
-        instance = type.__getattribute__(stats, "instance")
-    except AttributeError:  # a Stats of another shape: trust it
-        return True
-    return factory is not None or instance is not None
 
 
 # -- settings ---------------------------------------------------------------------------------
@@ -359,6 +371,7 @@ class Metrics:
         self._sent: dict[tuple[str, Tags, str], tuple[float, float]] = {}
         self._meters: dict[tuple[str, str], OpMeter] = {}
         self._flusher_pid: int | None = None
+        self._on_logging_shutdown: logging.Handler | None = None
         self._stop = threading.Event()
         if self.sinks:
             os.register_at_fork(after_in_child=self._after_fork)
@@ -372,9 +385,8 @@ class Metrics:
         """Airflow's Stats when Airflow is loaded, has set it up, and `[metrics]` turns a client
         on; else StatsD and/or OpenTelemetry from the same options."""
         sinks: list[Sink] = []
-        stats = airflow_stats()
-        on = settings.statsd_on or settings.otel_on
-        if on and stats is not None and _stats_ready(stats):
+        stats = _ready_airflow_stats() if settings.statsd_on or settings.otel_on else None
+        if stats is not None:
             sinks.append(AirflowSink(stats))
         else:
             if settings.statsd_on:
@@ -496,6 +508,8 @@ class Metrics:
         # Registered in this process (Airflow 3's task process runs the atexit handlers that
         # were registered after its fork).
         atexit.register(self.flush)
+        if self._on_logging_shutdown is None:
+            self._on_logging_shutdown = _FlushOnLoggingShutdown(self)
         threading.Thread(target=self._run, name="taskstate-metrics", daemon=True).start()
 
     def _run(self) -> None:
@@ -530,6 +544,23 @@ class Metrics:
         self.count("taskstate.cleanup.batches", result.batches)
         self.count("taskstate.cleanup.offload_orphans", result.offloaded_orphans)
         self.gauge("taskstate.cleanup.longest_batch_ms", result.longest_batch_s * 1000)
+
+
+class _FlushOnLoggingShutdown(logging.Handler):
+    """Flushes the metrics when `logging.shutdown()` runs. Airflow 2's forked task process
+    leaves through `os._exit`, which skips atexit handlers, right after `logging.shutdown()`;
+    that flushes every handler ever created, attached to a logger or not (this one is not:
+    it never sees a record)."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        super().__init__()
+        self._metrics = metrics
+
+    def emit(self, record: logging.LogRecord) -> None:
+        pass
+
+    def flush(self) -> None:
+        self._metrics.flush()
 
 
 class OpMeter:
