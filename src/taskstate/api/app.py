@@ -25,6 +25,7 @@ from taskstate.api import (
 from taskstate.api.auth import Auth
 from taskstate.api.context import AppContext, Hosting, max_page_limit
 from taskstate.store import StateStore
+from taskstate.ui.pages import install as install_ui
 
 BASE_PATH = "/taskstate"
 
@@ -50,6 +51,7 @@ def create_app(store: StateStore, auth: Auth, *, hosting: Hosting | None = None)
     app.include_router(routes_discovery.router)
     if store.metrics.prometheus is not None:  # `taskstate serve`: GET /taskstate/metrics
         app.include_router(routes_metrics.router)
+    install_ui(app)  # the state pages at /ui/ (issue 14), clients of the routes above
 
     @app.get("/health", response_model=models.Health, tags=["Health"])
     def health() -> models.Health:
