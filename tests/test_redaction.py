@@ -133,6 +133,7 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "taskstate", *args],
         capture_output=True,
+        stdin=subprocess.DEVNULL,
         text=True,
         env={**clean, **env},
         check=False,
@@ -153,6 +154,10 @@ def test_no_cli_output_shows_a_planted_secret(tmp_path: Path) -> None:
         "task get": _cli(env, "task", "get", *SCOPE, "k"),
         "task set": _cli(env, "task", "set", *SCOPE, "k", "1"),
         "export": _cli(env, "export"),
+        "import": _cli(env, "import", "-"),
+        "clean": _cli(env, "clean", "--dry-run"),
+        "task list": _cli(env, "task", "list", "--dag-id", "d"),
+        "asset get": _cli(env, "asset", "get", "--name", "a", "k"),
     }
     bad_urls = (
         f"mysql://u:{SECRET}@h/db",
@@ -174,3 +179,15 @@ def test_no_cli_output_shows_a_planted_secret(tmp_path: Path) -> None:
     assert "***" in shown["setting taskstate_url"]
     assert "***" in shown["setting offload_storage_options"]
     assert "invalid port" in shown["backend"]  # the reason is still there, minus the secret
+
+
+def test_a_failing_cmd_option_does_not_show_the_secret_it_carries() -> None:
+    command = f"sh -c 'echo postgresql://u:{SECRET}@h/db >&2; exit 3'"
+    with pytest.raises(ConfigError, match="exited with 3") as caught:
+        Settings.load({"AIRFLOW__STATE_STORE__TASKSTATE_URL_CMD": command})
+    assert SECRET not in str(caught.value)
+    with pytest.raises(ConfigError, match="cannot run") as unbalanced:  # not a traceback
+        Settings.load(
+            {"AIRFLOW__STATE_STORE__TASKSTATE_URL_CMD": f"echo 'postgresql://u:{SECRET}@h"}
+        )
+    assert SECRET not in str(unbalanced.value)

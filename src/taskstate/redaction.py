@@ -61,6 +61,15 @@ def url_secrets(url: str) -> list[str]:
     return [form for secret in found if secret for form in {secret, unquote(secret)}]
 
 
+def redact_command(command: str) -> str:
+    """A command line (an Airflow `_cmd` option) with every URL in it redacted."""
+    return " ".join(redact_url(word) for word in command.split(" "))
+
+
+def command_secrets(command: str) -> list[str]:
+    return [secret for word in command.split() for secret in url_secrets(word)]
+
+
 def scrub(text: str, secrets: Iterable[str]) -> str:
     """`text` (say, a driver's error message) with every one of `secrets` masked."""
     for secret in sorted(secrets, key=len, reverse=True):

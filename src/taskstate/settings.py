@@ -20,7 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from taskstate.errors import ConfigError
-from taskstate.redaction import redact_json_options, redact_url
+from taskstate.redaction import (
+    command_secrets,
+    redact_command,
+    redact_json_options,
+    redact_url,
+    scrub,
+)
 
 # Airflow's own default for `[state_store] backend`; naming it (or nothing) selects our
 # built-in backends by `taskstate_url`.
@@ -78,7 +84,8 @@ def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every option taskstate reads. Field metadata names the (section, option) it comes from."""
+    """Every option taskstate reads; `_OPTIONS` below names the (section, option) of each field
+    and how its text is parsed."""
 
     backend: str | None = None
     taskstate_url: str | None = None
@@ -233,15 +240,16 @@ def _raw(env: Mapping[str, str], lookup: Lookup, section: str, option: str) -> s
 
 
 def _run_command(source: str, command: str) -> str:
-    """As Airflow runs `_cmd` options: no shell, stdout is the value."""
+    """As Airflow runs `_cmd` options: no shell, stdout is the value. A command may carry the
+    secret it prints (`echo postgresql://user:pw@...`): errors show it redacted."""
+    shown = redact_command(command)
     try:
         proc = subprocess.run(shlex.split(command), capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise ConfigError(f"{source} = {command!r} cannot run: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{source} = {shown!r} cannot run: {exc}") from None
     if proc.returncode != 0:
-        raise ConfigError(
-            f"{source} = {command!r} exited with {proc.returncode}: {proc.stderr.strip()}"
-        )
+        reason = scrub(proc.stderr.strip(), command_secrets(command))
+        raise ConfigError(f"{source} = {shown!r} exited with {proc.returncode}: {reason}")
     return proc.stdout.rstrip("\n")
 
 

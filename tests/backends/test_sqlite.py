@@ -84,6 +84,7 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> Non
         for t in threads:
             t.join()
         assert errors == []
+        assert stat.S_IMODE(backend.path.stat().st_mode) == 0o600  # whoever created it
         written = sorted(e.key for e in backend.scan())
         assert written == sorted(t.name for t in threads)
 
