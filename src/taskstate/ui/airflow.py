@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from taskstate.airflow.serving import api_served
 from taskstate.airflow.versions import airflow_version, version_tuple
 
 TI_HREF = "taskstate/ui/ti/{DAG_ID}/{RUN_ID}/{TASK_ID}/{MAP_INDEX}"
@@ -50,10 +51,8 @@ def _appbuilder_views(plugin: object) -> list[dict[str, Any]]:
 
 def plugin_extensions() -> dict[str, Any]:
     """AirflowPlugin attributes by name; a `property` is read only where Airflow uses it."""
-    from taskstate.airflow.plugin import serving
-
     version = airflow_version()
-    if version is None or not serving():
+    if version is None or not api_served():
         return {}
     release = version_tuple(version)[:2]
     if release >= (3, 1):
