@@ -66,25 +66,22 @@ def signed_in(browser: Browser, deployment: Deployment, user: str) -> BrowserCon
 
 
 def state_view(
-    page: Page, deployment: Deployment, run_id: str, task_id: str
+    page: Page, deployment: Deployment, run_id: str, task_id: str, map_index: int = -1
 ) -> FrameLocator | Page:
     """The task instance's state where a user finds it: the tab (3.x) or the extra link (2.x)."""
     if deployment.major >= 3:
-        page.goto(f"/dags/ts_ui/runs/{quote(run_id, safe='')}/tasks/{task_id}")
-        page.get_by_role("tab", name="Task State").or_(
+        mapped = "" if map_index < 0 else f"/mapped/{map_index}"
+        page.goto(f"/dags/ts_ui/runs/{quote(run_id, safe='')}/tasks/{task_id}{mapped}")
+        tab = page.get_by_role("tab", name="Task State").or_(
             page.get_by_role("link", name="Task State")
-        ).first.click()
+        )
+        tab.first.click()
         return page.frame_locator("iframe")
-    link = page.request.get(
-        "/extra_links",
-        params={
-            "dag_id": "ts_ui",
-            "task_id": task_id,
-            "run_id": run_id,
-            "link_name": "Task State",
-            "execution_date": execution_date(deployment, run_id),
-        },
-    )
+    query = {
+        "dag_id": "ts_ui", "task_id": task_id, "link_name": "Task State", "map_index": map_index,
+        "execution_date": execution_date(deployment, run_id),
+    }  # fmt: skip
+    link = page.request.get("/extra_links", params=query)
     assert link.ok, link.text()
     page.goto(link.json()["url"])
     return page
@@ -146,14 +143,7 @@ def test_a_read_only_user_sees_state_and_changes_nothing(
     export = TaskScope("ts_ui", run_id, "export", 0)
     with signed_in(browser, deployment, "viewer") as context:
         page = context.new_page()
-        view = state_view(page, deployment, run_id, "export")
-        if deployment.major < 3:  # the extra link names the unmapped instance: pick index 0
-            view.get_by_label("Map index").select_option("0")
-        else:
-            page.goto(
-                f"/taskstate/ui/?dag_id=ts_ui&run_id={quote(run_id)}&task_id=export&map_index=0"
-            )
-            view = page
+        view = state_view(page, deployment, run_id, "export", map_index=0)
         expect(row(view, "cursor").locator("pre")).to_contain_text('"page": 1')
         expect(view.get_by_text("Read-only")).to_be_visible()
         for name in ("Add key", "Clear task instance", "Edit cursor", "Delete cursor"):
