@@ -58,6 +58,15 @@ class BackendUnavailableError(BackendError, ConnectionError):
     """The storage server could not be reached after bounded retries."""
 
 
+class AccessDeniedError(BackendError, PermissionError):
+    """The taskstate server refused the credentials (401) or the scope (403)."""
+
+
+class StaleTryError(BackendError):
+    """The server refused a task-state write from a try that is no longer the running one
+    (fencing): a newer try of this task instance owns the state now; this one should stop."""
+
+
 class SchemaMissingError(BackendError):
     """The backend's tables are missing or outdated; run `taskstate db migrate`."""
 
