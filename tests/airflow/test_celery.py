@@ -3,12 +3,15 @@ AIRFLOW_HOME. See tests/airflow/celery_deployment.py."""
 
 from __future__ import annotations
 
+import collections
+import json
 from pathlib import Path
 
 import pytest
-from examples.airflow.demo import DAG_ID, TASK_ID
-from tests.airflow.celery_deployment import celery_deployment
+from examples.airflow.demo import DAG_ID, KILL_AT, TASK_ID
+from tests.airflow.celery_deployment import CeleryDeployment, celery_deployment
 from tests.airflow.harness import versions
+from tests.postgres_server import running_server
 
 pytestmark = pytest.mark.airflow
 
@@ -23,3 +26,43 @@ def test_celery_task_is_refused_the_default_sqlite_file(tmp_path: Path) -> None:
     assert "CeleryExecutor runs tasks on several machines" in log
     assert "[state_store] taskstate_url" in log
     assert not (tmp_path / "worker" / "etl_ledger.jsonl").exists()  # refused before any work
+
+
+def _sigkilled_try_resumes(deployment: CeleryDeployment) -> None:
+    """Try 1 is SIGKILLed on its worker right after record 7's checkpoint; try 2 resumes."""
+    deployment.airflow.run("dags", "unpause", DAG_ID)
+    deployment.airflow.wait_for("success", 2)
+    ledger = deployment.worker_home / "etl_ledger.jsonl"
+    ids = collections.Counter(json.loads(line)["id"] for line in ledger.read_text().splitlines())
+    assert ids == {record: 1 for record in range(1, 21)}, ids
+    assert "SIGKILL after record 7" in deployment.task_logs(DAG_ID, TASK_ID)
+
+
+@pytest.mark.skipif("3.2" not in versions(), reason="Airflow 3.2 not selected")
+def test_celery_3_worker_without_metadata_db_resumes_from_postgres_state(
+    tmp_path: Path, postgres_url: str
+) -> None:
+    """Airflow 3.2: the worker has no sql_alchemy_conn, only taskstate's own PostgreSQL."""
+    with celery_deployment(
+        tmp_path,
+        "3.2",
+        extra={"TASKSTATE_DEMO_KILL_AT": str(KILL_AT)},
+        worker_env={"AIRFLOW__STATE_STORE__TASKSTATE_URL": postgres_url},
+    ) as deployment:
+        _sigkilled_try_resumes(deployment)
+
+
+@pytest.mark.skipif("2.11" not in versions(), reason="Airflow 2.11 not selected")
+def test_celery_2_worker_resumes_from_the_postgres_metadata_db(tmp_path: Path) -> None:
+    """Airflow 2.11: workers reach the PostgreSQL metadata DB, which taskstate then uses."""
+    with running_server() as server:
+        conn = server.url.replace("postgresql://", "postgresql+psycopg2://", 1)
+        with celery_deployment(
+            tmp_path,
+            "2.11",
+            extra={
+                "TASKSTATE_DEMO_KILL_AT": str(KILL_AT),
+                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": conn,
+            },
+        ) as deployment:
+            _sigkilled_try_resumes(deployment)

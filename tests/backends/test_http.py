@@ -21,6 +21,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.resumable.driver import SYSTEMS, Env, run_scenario
+from tests.resumable.jobsystem import running_jobsystem
 
 from taskstate import NEVER_EXPIRE, StateStore, TaskScope
 from taskstate.backends.base import Entry
@@ -239,3 +241,18 @@ def test_pool_token_from_the_settings(tmp_path: Path, monkeypatch: pytest.Monkey
                 store.task_state(TaskScope("other", "r", "t")).set("k", 1)
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize(
+    "kill_at", ["before_submit", "after_accept", "before_persist", "during_poll"]
+)
+def test_resumable_job_mixin_unchanged_over_http(
+    served: Server, tmp_path: Path, kill_at: str
+) -> None:
+    """The mixin's crash scenarios with the task state behind the HTTP API: one job each."""
+    with running_jobsystem(tmp_path / "jobs.db") as jobs:
+        env = Env(state_url=served.url, jobs_path=jobs.path)
+        scenario = run_scenario(env, jobs, SYSTEMS["client-token"], kill_at=kill_at)
+    assert scenario.tries[0].killed_at == kill_at
+    assert scenario.working_jobs == 1, scenario.jobs
+    assert scenario.result_correct, scenario.final

@@ -97,7 +97,7 @@ class HttpBackend(StateBackend):
         self._lock = threading.Lock()
         self._client: tuple[int, httpx.Client] | None = None
         self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
-        self._server_offset = 0.0  # server clock minus ours, from the last `Date` header
+        self._server_offset: float | None = None  # server clock minus ours, from `Date`
 
     # -- credentials ----------------------------------------------------------------------
 
@@ -247,7 +247,9 @@ class HttpBackend(StateBackend):
         """The caller's retention (`expires_at - now`), anchored on the server's clock."""
         if expires_at is None:
             return None
-        at = time.time() + self._server_offset + (expires_at - now)
+        if self._server_offset is None:  # no answer seen yet: learn the server's clock first
+            self._request("GET", "/health")
+        at = time.time() + (self._server_offset or 0.0) + (expires_at - now)
         return datetime.fromtimestamp(at, tz=timezone.utc).isoformat()
 
     def delete(self, namespace: str, key: str) -> None:
@@ -256,16 +258,20 @@ class HttpBackend(StateBackend):
 
     def clear(self, namespace: str) -> int:
         # The API answers 204 without a count: count first (another writer may race it).
-        count = sum(1 for _ in self.scan(namespace))
+        meta = namespace.startswith(META_KIND + SEP)
+        count = 0 if meta else sum(1 for row in self.scan(namespace) if row.namespace == namespace)
         path, params = self._collection(namespace)
         self._check(self._request("DELETE", path, params=params))
         return count
 
     def clear_prefix(self, prefix: str) -> int:
-        count = 0
-        for namespace in self._namespaces(prefix):
-            count += self.clear(namespace)
-        return count
+        if prefix.startswith(META_KIND + SEP):
+            # Markers of the task instances that hold state (others expire on their own).
+            task = TASK_KIND + prefix[len(META_KIND) :]
+            for namespace in self._namespaces(task):
+                self.clear(META_KIND + namespace[len(TASK_KIND) :])
+            return 0  # markers are not state: not counted
+        return sum(self.clear(namespace) for namespace in self._namespaces(prefix))
 
     def transact(
         self,
