@@ -3,8 +3,6 @@ AIRFLOW_HOME. See tests/airflow/celery_deployment.py."""
 
 from __future__ import annotations
 
-import collections
-import json
 from pathlib import Path
 
 import pytest
@@ -12,6 +10,10 @@ from examples.airflow.demo import DAG_ID, KILL_AT, TASK_ID
 from tests.airflow.celery_deployment import CeleryDeployment, celery_deployment
 from tests.airflow.harness import versions
 from tests.postgres_server import running_server
+
+from taskstate import StateStore, TaskScope
+from taskstate.scope import task_prefix
+from taskstate.settings import Settings
 
 pytestmark = pytest.mark.airflow
 
@@ -28,14 +30,31 @@ def test_celery_task_is_refused_the_default_sqlite_file(tmp_path: Path) -> None:
     assert not (tmp_path / "worker" / "etl_ledger.jsonl").exists()  # refused before any work
 
 
-def _sigkilled_try_resumes(deployment: CeleryDeployment) -> None:
-    """Try 1 is SIGKILLed on its worker right after record 7's checkpoint; try 2 resumes."""
+def _migrate(url: str) -> None:
+    with StateStore(url, settings=Settings()) as store:
+        store.backend.migrate()
+
+
+def _distributed_runs_resume(deployment: CeleryDeployment, store_url: str) -> None:
+    """Try 1 of the ETL task is SIGKILLed on its worker right after record 7's checkpoint and
+    try 2 resumes; in a mapped task of 8 indices every odd index is SIGKILLed once and resumes.
+    Every record and row is processed exactly once."""
     deployment.airflow.run("dags", "unpause", DAG_ID)
     deployment.airflow.wait_for("success", 2)
-    ledger = deployment.worker_home / "etl_ledger.jsonl"
-    ids = collections.Counter(json.loads(line)["id"] for line in ledger.read_text().splitlines())
-    assert ids == {record: 1 for record in range(1, 21)}, ids
-    assert "SIGKILL after record 7" in deployment.task_logs(DAG_ID, TASK_ID)
+    assert deployment.ledger("etl_ledger.jsonl") == {record: 1 for record in range(1, 21)}
+    assert "try 2: resuming after record 7" in deployment.task_logs(DAG_ID, TASK_ID)
+
+    assert deployment.trigger_and_wait("ts_mapped8") == "success"
+    assert deployment.ledger("mapped_ledger.jsonl") == {
+        (i, row): 1 for i in range(8) for row in range(5)
+    }
+    with StateStore(store_url, settings=Settings()) as store:
+        states = {
+            scope.map_index: dict(store.task_state(scope).items())
+            for scope, _ in store.scopes(task_prefix("ts_mapped8"))
+            if isinstance(scope, TaskScope)
+        }
+    assert states == {i: {"cursor": 5, "index": i} for i in range(8)}
 
 
 @pytest.mark.skipif("3.2" not in versions(), reason="Airflow 3.2 not selected")
@@ -43,13 +62,14 @@ def test_celery_3_worker_without_metadata_db_resumes_from_postgres_state(
     tmp_path: Path, postgres_url: str
 ) -> None:
     """Airflow 3.2: the worker has no sql_alchemy_conn, only taskstate's own PostgreSQL."""
+    _migrate(postgres_url)
     with celery_deployment(
         tmp_path,
         "3.2",
         extra={"TASKSTATE_DEMO_KILL_AT": str(KILL_AT)},
         worker_env={"AIRFLOW__STATE_STORE__TASKSTATE_URL": postgres_url},
     ) as deployment:
-        _sigkilled_try_resumes(deployment)
+        _distributed_runs_resume(deployment, postgres_url)
 
 
 @pytest.mark.skipif("2.11" not in versions(), reason="Airflow 2.11 not selected")
@@ -57,6 +77,7 @@ def test_celery_2_worker_resumes_from_the_postgres_metadata_db(tmp_path: Path) -
     """Airflow 2.11: workers reach the PostgreSQL metadata DB, which taskstate then uses."""
     with running_server() as server:
         conn = server.url.replace("postgresql://", "postgresql+psycopg2://", 1)
+        _migrate(server.url)
         with celery_deployment(
             tmp_path,
             "2.11",
@@ -65,4 +86,4 @@ def test_celery_2_worker_resumes_from_the_postgres_metadata_db(tmp_path: Path) -
                 "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": conn,
             },
         ) as deployment:
-            _sigkilled_try_resumes(deployment)
+            _distributed_runs_resume(deployment, server.url)

@@ -235,7 +235,7 @@ class HttpBackend(StateBackend):
     ) -> httpx.Response:
         path, params = self._key_path(namespace, key)
         body: dict[str, Any] = {"value": json.loads(entry.value)}
-        if not namespace.startswith(ASSET_KIND + SEP):
+        if namespace.startswith(TASK_KIND + SEP):  # assets never expire; markers: server default
             body["expires_at"] = self._server_expiry(entry.expires_at, now)
         response = self._request(
             "PUT", path, params=params, body=body, headers=headers, idempotent=not headers
@@ -391,7 +391,7 @@ class HttpBackend(StateBackend):
     ) -> None:
         path, params = self._key_path(namespace, key)
         body: dict[str, Any] = {"value": json.loads(value)}
-        if not namespace.startswith(ASSET_KIND + SEP):
+        if namespace.startswith(TASK_KIND + SEP):  # assets never expire; markers: server default
             body["expires_at"] = self._server_expiry(expires_at, now)
         self._check(await self._arequest("PUT", path, params, body))
 
