@@ -50,6 +50,18 @@ class AmbiguousAssetError(TaskStateError, ValueError):
     """The task has several assets and called a method without saying which."""
 
 
+class KeyNotFoundError(TaskStateError, KeyError):
+    """An operation that needs the key to exist (the API's PATCH) found it absent or expired."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class PreconditionFailedError(TaskStateError, ValueError):
+    """A conditional write's precondition (etag match, create-only) did not hold; nothing was
+    written. Read the key again and retry."""
+
+
 class BackendError(TaskStateError, RuntimeError):
     """The storage backend failed; nothing was written."""
 
@@ -65,6 +77,10 @@ class AccessDeniedError(BackendError, PermissionError):
 class StaleTryError(BackendError):
     """The server refused a task-state write from a try that is no longer the running one
     (fencing): a newer try of this task instance owns the state now; this one should stop."""
+
+
+class OffloadedValueMissingError(BackendError):
+    """A row names an offloaded object that is not in object storage."""
 
 
 class SchemaMissingError(BackendError):

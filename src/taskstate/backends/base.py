@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
+from taskstate.errors import BackendError
+
 T = TypeVar("T")
 
 
@@ -103,6 +105,16 @@ class StateBackend(ABC):
     def scan(self, prefix: str = "") -> Iterator[Row]:
         """Every row whose namespace starts with `prefix`, ordered by (namespace, key)."""
 
+    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+        """Write every row in one transaction: all land or none does (import). `replace=False`
+        keeps rows that already exist. Returns how many rows were written.
+
+        Optional for third-party backends: without it, `taskstate import` refuses to run."""
+        raise BackendError(
+            f"{type(self).__name__} cannot write many keys atomically (no set_many), so "
+            "`taskstate import` cannot promise all or nothing; import into a built-in backend"
+        )
+
     @abstractmethod
     def count_expired(self, now: float) -> int: ...
 
@@ -155,7 +167,9 @@ class WorkerStateBackend(ABC):
     """A worker-side backend (`[workers] state_store_backend`): keeps the value somewhere else
     and hands the database only a reference, as Airflow 3.3's worker backends do.
 
-    References must be deterministic per (namespace, key) so delete/clear can find the object.
+    The store uploads before the row is written and never inside a database transaction. Give
+    every call of `serialize_to_ref` a new reference: then an object belongs to exactly one row
+    version, and the store can remove it as soon as that row is deleted or superseded.
     """
 
     #: Values of at most this many bytes of JSON stay inline; None offloads every value.
@@ -163,20 +177,20 @@ class WorkerStateBackend(ABC):
 
     @abstractmethod
     def serialize_to_ref(self, namespace: str, key: str, value: str) -> str:
-        """Store `value` (JSON text) and return the reference to keep in the database."""
+        """Store `value` (JSON text) and return a new reference to keep in the database."""
 
     @abstractmethod
     def deserialize_from_ref(self, ref: str) -> str:
         """Return the JSON text behind a reference from `serialize_to_ref`."""
 
     @abstractmethod
-    def delete(self, namespace: str, key: str) -> None: ...
-
-    @abstractmethod
-    def clear(self, namespace: str) -> None: ...
-
-    def clear_prefix(self, prefix: str) -> None:
-        """Remove objects of every namespace under `prefix`; default: nothing to do."""
+    def discard(self, refs: list[str]) -> None:
+        """Remove these objects: no committed row references them. Missing ones are fine."""
 
     def committed(self, namespace: str, key: str, ref: str) -> None:
         """The row holding `ref` is committed (after `set`): a chance to drop older objects."""
+
+    def sweep(self, live_refs: set[str], *, dry_run: bool = False) -> int:
+        """`StateStore.cleanup`: remove objects that no live reference names (past a grace
+        period for writes in flight); returns how many. Default: nothing to sweep."""
+        return 0

@@ -48,6 +48,8 @@ T = TypeVar("T")
 TABLE = "taskstate_entries"
 VERSION_TABLE = "taskstate_schema_version"
 
+_HEX32 = "[0-9a-f]{32}"
+
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 # COLLATE "C": byte order, so a namespace prefix is an index range scan (and matches SQLite).
 MIGRATIONS: list[str] = [
@@ -62,8 +64,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX {TABLE}_expires ON {TABLE} (expires_at) WHERE expires_at IS NOT NULL;
     """,
-    # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows.
-    f"ALTER TABLE {TABLE} ADD COLUMN updated_by text",
+    # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows. And an
+    # offload reference, once a JSON object a user value could mimic, becomes "@taskstate-ref:…"
+    # (no JSON text starts with "@").
+    f"""
+    ALTER TABLE {TABLE} ADD COLUMN updated_by text;
+    UPDATE {TABLE} SET value = '@taskstate-ref:' || substr(value, 23, 98)
+        WHERE value ~ '^\\{{"__taskstate_ref__":"{_HEX32}/{_HEX32}/{_HEX32}"\\}}$';
+    """,
 ]
 
 # Serialises concurrent `migrate()` calls (pg_advisory_xact_lock key; "tsdb" in ASCII).
@@ -403,6 +411,18 @@ class PostgresBackend(StateBackend):
                     if committing:
                         raise _CommitOutcomeUnknown() from exc
                     raise
+
+        return self._run(op)
+
+    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+        params = [
+            (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
+        ]
+
+        def op(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(_SET if replace else _CREATE, params)
+                return cursor.rowcount
 
         return self._run(op)
 

@@ -32,6 +32,8 @@ T = TypeVar("T")
 
 TABLE = "taskstate_entries"
 
+_HEX32 = "[0-9a-f]" * 32
+
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 MIGRATIONS: list[str] = [
     f"""
@@ -46,8 +48,14 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS {TABLE}_expires
         ON {TABLE} (expires_at) WHERE expires_at IS NOT NULL;
     """,
-    # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows.
-    f"ALTER TABLE {TABLE} ADD COLUMN updated_by TEXT",
+    # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows. And an
+    # offload reference, once a JSON object a user value could mimic, becomes "@taskstate-ref:…"
+    # (no JSON text starts with "@").
+    f"""
+    ALTER TABLE {TABLE} ADD COLUMN updated_by TEXT;
+    UPDATE {TABLE} SET value = '@taskstate-ref:' || substr(value, 23, 98)
+        WHERE value GLOB '{{"__taskstate_ref__":"{_HEX32}/{_HEX32}/{_HEX32}"}}'
+    """,
 ]
 
 _GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE namespace = ? AND key = ?"
@@ -58,6 +66,7 @@ _SET = (
     "expires_at = excluded.expires_at, updated_at = excluded.updated_at, "
     "updated_by = excluded.updated_by"
 )
+_CREATE = _SET.partition(" ON CONFLICT")[0] + " ON CONFLICT (namespace, key) DO NOTHING"
 _DELETE = f"DELETE FROM {TABLE} WHERE namespace = ? AND key = ?"
 _CLEAR = f"DELETE FROM {TABLE} WHERE namespace = ?"
 _CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE namespace >= ? AND namespace < ?"
@@ -191,6 +200,20 @@ class SQLiteBackend(StateBackend):
             raise
         conn.execute("COMMIT")
         return result
+
+    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+        conn = self._conn()
+        params = [
+            (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
+        ]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            written = conn.executemany(_SET if replace else _CREATE, params).rowcount
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return written
 
     def scan(self, prefix: str = "") -> Iterator[Row]:
         conn = self._conn()
