@@ -90,6 +90,7 @@ def test_asset_commands(run) -> None:  # type: ignore[no-untyped-def]
     run("asset", "set", "watermark", '"2026-01-01"', "--name", "orders")
     run("asset", "set", "rows", "10", "--uri", "s3://b/x")
     assert run("asset", "get", "watermark", "--name", "orders").stdout.strip() == '"2026-01-01"'
+    assert run("asset", "get", "rows", "--uri", "s3://b/x").stdout.strip() == "10"
     rows = json.loads(run("asset", "list", "--json").stdout)
     assert {(r["asset"], r["key"]) for r in rows} == {("orders", "watermark"), ("s3://b/x", "rows")}
     run("asset", "delete", "watermark", "--name", "orders")
@@ -159,6 +160,23 @@ def test_doctor_names_a_bad_setting(run, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAYS", "-3")
     proc = run("doctor", ok=False)
     assert "default_retention_days must be >= 0" in proc.stdout
+
+
+def test_the_size_limit_holds_on_cli_set_and_import(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """65,535 UTF-8 bytes of JSON, not characters: 33,000 "é" are 66,002 bytes."""
+    big = "é" * 33_000
+    proc = run("task", "set", "k", big, *SCOPE, "--text", ok=False)
+    assert "66002 bytes" in proc.stderr and "65535" in proc.stderr, proc.stderr
+    run("task", "set", "k", "é" * 32_000, *SCOPE, "--text")  # 64,002 bytes: under the limit
+    assert json.loads(run("task", "get", "k", *SCOPE).stdout) == "é" * 32_000
+
+    line = {"scope": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "key": "n"}
+    dump = json.dumps({**line, "value": 1}) + "\n" + json.dumps({**line, "key": "m", "value": big})
+    proc = run("import", stdin=dump + "\n", ok=False)
+    assert "line 2" in proc.stderr and "nothing was imported" in proc.stderr, proc.stderr
+    assert "66002 bytes" in proc.stderr
+    rows = json.loads(run("task", "list", "--dag-id", "d", "--json").stdout)
+    assert [r["key"] for r in rows] == ["k"]  # the earlier set; neither import line
 
 
 def test_an_import_failing_at_write_time_writes_nothing(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
