@@ -24,21 +24,26 @@ CELERY_DAGS = Path(__file__).resolve().parent / "celery_dags"
 
 
 class CeleryDeployment:
-    def __init__(self, airflow: Airflow, worker_home: Path) -> None:
+    def __init__(self, airflow: Airflow, worker_home: Path, api_url: str) -> None:
         self.airflow = airflow
         self.worker_home = worker_home
+        self.api_url = api_url  # the plugin's routes on the api-server (3.x) / webserver (2.x)
+
+    def runs(self, dag_id: str) -> list[dict[str, Any]]:
+        listing = ["dags", "list-runs", *(["-d"] if self.airflow.major < 3 else []), dag_id]
+        out = self.airflow.run(*listing, "-o", "json")
+        # Airflow 2 may print log lines (which start with "[2026-...") before the JSON.
+        (json_line,) = [line for line in out.splitlines() if line.startswith(("[{", "[]"))]
+        runs: list[dict[str, Any]] = json.loads(json_line)
+        return runs
 
     def trigger_and_wait(self, dag_id: str, timeout: float = 420) -> str:
         """Trigger a run of `dag_id` and wait until it finishes; returns its state."""
         self.airflow.run("dags", "unpause", dag_id)
         self.airflow.run("dags", "trigger", dag_id)
         deadline = time.monotonic() + timeout
-        listing = ["dags", "list-runs", *(["-d"] if self.airflow.major < 3 else []), dag_id]
         while time.monotonic() < deadline:
-            out = self.airflow.run(*listing, "-o", "json")
-            # Airflow 2 may print log lines (which start with "[2026-...") before the JSON.
-            (json_line,) = [line for line in out.splitlines() if line.startswith(("[{", "[]"))]
-            states = {run["state"] for run in json.loads(json_line)}
+            states = {run["state"] for run in self.runs(dag_id)}
             if states & {"success", "failed"}:
                 return str(states.pop())
             time.sleep(3)
@@ -83,7 +88,10 @@ def celery_deployment(
         airflow.run("dags", "reserialize")
         worker_home = root / "worker"
         worker_home.mkdir()
-        env = {**airflow.environ, "AIRFLOW_HOME": str(worker_home), **worker_env}
+        api_url = f"http://127.0.0.1:{airflow.environ['AIRFLOW__API__PORT']}/taskstate"
+        # `{api_url}` in a worker setting: the plugin's routes on this deployment's api-server.
+        overrides = {k: v.replace("{api_url}", api_url) for k, v in worker_env.items()}
+        env = {**airflow.environ, "AIRFLOW_HOME": str(worker_home), **overrides}
         if airflow.major >= 3:  # tasks reach Airflow through the api-server only
             env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
         with airflow.services():
@@ -95,7 +103,7 @@ def celery_deployment(
                 start_new_session=True,
             )  # fmt: skip
             try:
-                yield CeleryDeployment(airflow, worker_home)
+                yield CeleryDeployment(airflow, worker_home, api_url)
             finally:
                 os.killpg(worker.pid, signal.SIGTERM)
                 try:

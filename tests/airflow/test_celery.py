@@ -35,7 +35,7 @@ def _migrate(url: str) -> None:
         store.backend.migrate()
 
 
-def _distributed_runs_resume(deployment: CeleryDeployment, store_url: str) -> None:
+def _distributed_runs_resume(deployment: CeleryDeployment, store: StateStore) -> None:
     """Try 1 of the ETL task is SIGKILLed on its worker right after record 7's checkpoint and
     try 2 resumes; in a mapped task of 8 indices every odd index is SIGKILLed once and resumes.
     Every record and row is processed exactly once."""
@@ -48,12 +48,11 @@ def _distributed_runs_resume(deployment: CeleryDeployment, store_url: str) -> No
     assert deployment.ledger("mapped_ledger.jsonl") == {
         (i, row): 1 for i in range(8) for row in range(5)
     }
-    with StateStore(store_url, settings=Settings()) as store:
-        states = {
-            scope.map_index: dict(store.task_state(scope).items())
-            for scope, _ in store.scopes(task_prefix("ts_mapped8"))
-            if isinstance(scope, TaskScope)
-        }
+    states = {
+        scope.map_index: dict(store.task_state(scope).items())
+        for scope, _ in store.scopes(task_prefix("ts_mapped8"))
+        if isinstance(scope, TaskScope)
+    }
     assert states == {i: {"cursor": 5, "index": i} for i in range(8)}
 
 
@@ -63,13 +62,16 @@ def test_celery_3_worker_without_metadata_db_resumes_from_postgres_state(
 ) -> None:
     """Airflow 3.2: the worker has no sql_alchemy_conn, only taskstate's own PostgreSQL."""
     _migrate(postgres_url)
-    with celery_deployment(
-        tmp_path,
-        "3.2",
-        extra={"TASKSTATE_DEMO_KILL_AT": str(KILL_AT)},
-        worker_env={"AIRFLOW__STATE_STORE__TASKSTATE_URL": postgres_url},
-    ) as deployment:
-        _distributed_runs_resume(deployment, postgres_url)
+    with (
+        celery_deployment(
+            tmp_path,
+            "3.2",
+            extra={"TASKSTATE_DEMO_KILL_AT": str(KILL_AT)},
+            worker_env={"AIRFLOW__STATE_STORE__TASKSTATE_URL": postgres_url},
+        ) as deployment,
+        StateStore(postgres_url, settings=Settings()) as store,
+    ):
+        _distributed_runs_resume(deployment, store)
 
 
 @pytest.mark.skipif("2.11" not in versions(), reason="Airflow 2.11 not selected")
@@ -78,12 +80,15 @@ def test_celery_2_worker_resumes_from_the_postgres_metadata_db(tmp_path: Path) -
     with running_server() as server:
         conn = server.url.replace("postgresql://", "postgresql+psycopg2://", 1)
         _migrate(server.url)
-        with celery_deployment(
-            tmp_path,
-            "2.11",
-            extra={
-                "TASKSTATE_DEMO_KILL_AT": str(KILL_AT),
-                "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": conn,
-            },
-        ) as deployment:
-            _distributed_runs_resume(deployment, server.url)
+        with (
+            celery_deployment(
+                tmp_path,
+                "2.11",
+                extra={
+                    "TASKSTATE_DEMO_KILL_AT": str(KILL_AT),
+                    "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": conn,
+                },
+            ) as deployment,
+            StateStore(server.url, settings=Settings()) as store,
+        ):
+            _distributed_runs_resume(deployment, store)
