@@ -23,7 +23,11 @@ from taskstate.values import NEVER_EXPIRE
 F = TypeVar("F", bound=Callable[..., Any])
 
 # Subcommands that live in their own package and are imported only when used.
-_LAZY = {"lint": "taskstate.lint.command:lint"}
+_LAZY = {
+    "lint": "taskstate.lint.command:lint",
+    "serve": "taskstate.api.serve:serve",
+    "token": "taskstate.api.token_command:token",
+}
 
 
 class _Group(click.Group):

@@ -39,6 +39,10 @@ class ConfigError(TaskStateError, ValueError):
     """A `[state_store]` / `[workers]` setting is invalid; the message names the option."""
 
 
+class InvalidTokenError(TaskStateError, PermissionError):
+    """A taskstate bearer token is malformed, forged, expired or signed with an unknown key."""
+
+
 class AssetNotDeclaredError(TaskStateError, KeyError):
     """The task indexed an asset that is not among its inlets or outlets."""
 
