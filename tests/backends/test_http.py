@@ -251,7 +251,8 @@ def test_resumable_job_mixin_unchanged_over_http(
 ) -> None:
     """The mixin's crash scenarios with the task state behind the HTTP API: one job each."""
     with running_jobsystem(tmp_path / "jobs.db") as jobs:
-        env = Env(state_url=served.url, jobs_path=jobs.path)
+        # Jobs outlast a few HTTP round trips on a loaded machine, so a poll happens to kill.
+        env = Env(state_url=served.url, jobs_path=jobs.path, run_for=1.0)
         scenario = run_scenario(env, jobs, SYSTEMS["client-token"], kill_at=kill_at)
     assert scenario.tries[0].killed_at == kill_at
     assert scenario.working_jobs == 1, scenario.jobs
