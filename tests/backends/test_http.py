@@ -183,7 +183,7 @@ def test_unreachable_server_is_a_bounded_typed_error() -> None:
     started = time.monotonic()
     with pytest.raises(BackendUnavailableError, match=r"127\.0\.0\.1:\d+ is unavailable"):
         backend.get(NS, "k")
-    assert 0.8 < time.monotonic() - started < 5
+    assert 0.9 < time.monotonic() - started < 5  # the whole window, and not much more
 
 
 class _Flaky(http.server.BaseHTTPRequestHandler):

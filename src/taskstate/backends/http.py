@@ -451,13 +451,14 @@ class _Retry:
                 f"the taskstate server at {self.host} did not answer a conditional write "
                 f"({what}); it may or may not have been applied"
             ) from (problem if isinstance(problem, Exception) else None)
-        if time.monotonic() + self.delay > self.deadline:
+        remaining = self.deadline - time.monotonic()
+        if remaining <= 0:
             raise BackendUnavailableError(
                 f"the taskstate server at {self.host} is unavailable ({what}) after retrying "
                 f"for {self.window:g} s; check that it runs and that this machine reaches it "
                 "([state_store] taskstate_url)"
             )
-        wait = self.delay * (0.5 + random.random())
+        wait = min(self.delay * (0.5 + random.random()), remaining)
         self.delay = min(self.delay * 2, 2.0)
         return wait
 
