@@ -12,6 +12,9 @@ from tests.airflow.harness import versions
 from tests.postgres_server import running_server
 
 from taskstate import StateStore, TaskScope
+from taskstate.api.tokens import Claims, SigningKeys
+from taskstate.backends.http import HttpBackend
+from taskstate.errors import StaleTryError
 from taskstate.scope import task_prefix
 from taskstate.settings import Settings
 
@@ -92,3 +95,36 @@ def test_celery_2_worker_resumes_from_the_postgres_metadata_db(tmp_path: Path) -
             StateStore(server.url, settings=Settings()) as store,
         ):
             _distributed_runs_resume(deployment, store)
+
+
+@pytest.mark.skipif("3.2" not in versions(), reason="Airflow 3.2 not selected")
+def test_celery_3_worker_without_any_database_resumes_over_http(tmp_path: Path) -> None:
+    """Airflow 3.2: the worker has no sql_alchemy_conn and no taskstate database: its tasks
+    reach their state through the plugin's routes on the api-server, with a token each task
+    mints for its own try. Then a write from a try that is no longer running is refused."""
+    secret = "celery-http-test-secret-" + "k" * 24
+    keys = SigningKeys([secret])
+    with celery_deployment(
+        tmp_path,
+        "3.2",
+        extra={
+            "TASKSTATE_DEMO_KILL_AT": str(KILL_AT),
+            "AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY": secret,
+        },
+        worker_env={"AIRFLOW__STATE_STORE__TASKSTATE_URL": "{api_url}"},
+    ) as deployment:
+        admin = keys.issue(Claims(subject="test", admin=True))
+        url = deployment.api_url
+        with StateStore(url, settings=Settings(), backend=HttpBackend(url, token=admin)) as store:
+            _distributed_runs_resume(deployment, store)
+        # Try 1 of the ETL task is long gone: a write with a token for it is fenced off.
+        (run,) = deployment.runs(DAG_ID)
+        scope = TaskScope(DAG_ID, run["run_id"], TASK_ID)
+        stale = keys.issue(
+            Claims(subject="zombie", dag_ids=(DAG_ID,), run_id=scope.run_id, task_id=TASK_ID,
+                   map_index=-1, try_number=1)
+        )  # fmt: skip
+        zombie = StateStore(url, settings=Settings(), backend=HttpBackend(url, token=stale))
+        with pytest.raises(StaleTryError, match="stale try"):
+            zombie.task_state(scope).set("last_cursor", 0)
+        assert zombie.task_state(scope).get("last_cursor") == 20

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -27,13 +28,12 @@ TASK_TOKEN_LIFETIME = 7 * 86400
 
 def prepare_task_store(context: Any, store: StateStore) -> None:
     check_task_store(context, store.settings)
-    from taskstate.backends.http import HttpBackend
-
-    backend = store.backend
-    if isinstance(backend, HttpBackend):
+    # Loaded only when the store is HTTP: other tasks import neither it nor httpx.
+    http = sys.modules.get("taskstate.backends.http")
+    if http is not None and isinstance(store.backend, http.HttpBackend):
         token = task_token(context)
         if token is not None:
-            backend.use_token(token)
+            store.backend.use_token(token)
 
 
 def task_token(context: Any) -> str | None:
