@@ -83,6 +83,11 @@ class StaleTryError(BackendError):
     (fencing): a newer try of this task instance owns the state now; this one should stop."""
 
 
+class BackendBusyError(BackendError, TimeoutError):
+    """Another process held the state database's write lock for longer than the busy timeout;
+    the operation did nothing."""
+
+
 class OffloadedValueMissingError(BackendError):
     """A row names an offloaded object that is not in object storage."""
 
