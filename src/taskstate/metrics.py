@@ -628,7 +628,13 @@ def active_tracer() -> Any:
     provider = trace.get_tracer_provider()
     if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
         return None
-    return trace.get_tracer("taskstate")
+    global _tracer
+    if _tracer is None or _tracer[0] is not provider:  # a tracer per call costs microseconds
+        _tracer = (provider, provider.get_tracer("taskstate"))
+    return _tracer[1]
+
+
+_tracer: tuple[Any, Any] | None = None
 
 
 # -- the instrumented accessor classes --------------------------------------------------------
