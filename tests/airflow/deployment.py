@@ -88,6 +88,7 @@ class Deployment:
         self.home = AirflowHome(version, root, dags, extra_env=env)
         self.home.airflow("dags", "reserialize")
         if self.major < 3:
+            self.home.airflow("sync-perm")  # creates FAB's roles (Viewer, User, Op)
             for user, role in _ROLES_2.items():
                 self.home.airflow(
                     "users", "create", "--username", user, "--password", USERS[user],

@@ -4,13 +4,17 @@ that real DAG runs write and read."""
 
 from __future__ import annotations
 
+import os
+import re
+import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from tests.airflow.deployment import Deployment, Deployments
-from tests.airflow.harness import versions
+from tests.airflow.harness import airflow_env, checkout_overlay, versions
 
 pytestmark = pytest.mark.airflow
 
@@ -122,3 +126,64 @@ def test_taskstate_tokens_work_inside_airflow(deployment: Deployment, run_id: st
         assert http.get(url, headers=other).status_code == 403
         forged = {"Authorization": "Bearer not-a-token"}
         assert http.get(url, headers=forged).status_code == 401
+
+
+def test_doctor_says_the_plugin_serves(deployment: Deployment) -> None:
+    status, detail = deployment.home.doctor()["http api"]
+    assert status == "ok"
+    assert detail.startswith("served by the taskstate plugin")
+
+
+@pytest.mark.skipif("3.3" not in versions(), reason="Airflow 3.3 not selected")
+@pytest.mark.parametrize(("mode", "served"), [(None, False), ("taskstate", True)])
+def test_on_airflow_33_the_plugin_stands_aside_unless_taskstate_is_in_charge(
+    tmp_path: Path, mode: str | None, served: bool
+) -> None:
+    env = airflow_env("3.3")
+    overlay = checkout_overlay(env, tmp_path / "checkout")
+    code = (
+        "from taskstate.airflow.plugin import TaskStatePlugin; "
+        "print([a['url_prefix'] for a in TaskStatePlugin().fastapi_apps])"
+    )
+    extra = {} if mode is None else {"AIRFLOW__STATE_STORE__TASKSTATE_MODE": mode}
+    done = subprocess.run(
+        [str(env / "bin" / "python"), "-c", code],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+            "AIRFLOW_HOME": str(tmp_path),
+            "PYTHONPATH": str(overlay),
+            **extra,
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == ("['/taskstate']" if served else "[]")
+
+
+def test_the_ui_session_authenticates_and_writes_need_its_csrf_token(
+    deployment: Deployment, run_id: str
+) -> None:
+    url = f"{task_url(run_id, 'writer')}/from_the_ui"
+    if deployment.major >= 3:  # the UI keeps Airflow's JWT in the `_token` cookie
+        token = deployment.credentials("admin")["Authorization"].split(" ", 1)[1]
+        with httpx.Client(base_url=deployment.base_url, cookies={"_token": token}) as ui:
+            assert ui.put(url, json={"value": 1}).status_code == 204
+            assert ui.get(url).json()["last_updated_by"] == {"kind": "api", "subject": "admin"}
+        return
+    with httpx.Client(base_url=deployment.base_url, follow_redirects=True, timeout=60) as ui:
+        form = ui.get("/login/").text
+        csrf = re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', form)
+        assert csrf is not None, form[:2000]
+        ui.post("/login/", data={"username": "admin", "password": "admin-pw",
+                                 "csrf_token": csrf.group(1)})  # fmt: skip
+        assert ui.get(url).status_code == 404  # logged in: the key is just absent
+        refused = ui.put(url, json={"value": 1})
+        assert refused.status_code == 400  # no CSRF token
+        page = ui.get("/home").text
+        token = re.search(r"var csrfToken = '([^']+)'", page)  # what the UI's JavaScript sends
+        assert token is not None, page[:2000]
+        ok = ui.put(url, json={"value": 1}, headers={"X-CSRFToken": token.group(1)})
+        assert ok.status_code == 204, ok.text
+        assert ui.get(url).json()["last_updated_by"] == {"kind": "api", "subject": "admin"}

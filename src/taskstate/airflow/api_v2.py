@@ -33,16 +33,29 @@ from taskstate.store import StateStore
 ENVIRON_KEY = "taskstate.principal"
 PREFIX = "/taskstate"
 _PUBLIC = frozenset({"health", "openapi.json", "docs"})
-_METHODS = {"GET": "GET", "HEAD": "GET", "PUT": "PUT", "PATCH": "PUT", "DELETE": "DELETE"}
+_METHODS: dict[str, Method] = {
+    "GET": "GET",
+    "HEAD": "GET",
+    "PUT": "PUT",
+    "PATCH": "PUT",
+    "DELETE": "DELETE",
+}
 
 
 class FabUser:
     """An Airflow 2 user's permissions for one request's method, read in the Flask request."""
 
     def __init__(
-        self, subject: str, method: Method, dag_ids: set[str], tasks_ok: bool, assets_ok: bool
+        self,
+        subject: str,
+        method: Method,
+        dag_ids: set[str],
+        tasks_ok: bool,
+        assets_ok: bool,
+        anonymous: bool = False,
     ) -> None:
         self.subject = subject
+        self.anonymous = anonymous
         self.method = method
         self.dag_ids = dag_ids
         self.tasks_ok = tasks_ok
@@ -55,6 +68,9 @@ class FabUser:
 
     def may_asset(self, asset: AssetScope, method: Method) -> bool:
         return method == self.method and self.assets_ok
+
+    def may_anything(self) -> bool:
+        return (self.tasks_ok and bool(self.dag_ids)) or self.assets_ok
 
 
 def fab_user(method: Method) -> FabUser:
@@ -74,6 +90,7 @@ def fab_user(method: Method) -> FabUser:
             method=method, access_entity=DagAccessEntity.TASK_INSTANCE, user=user
         ),
         assets_ok=manager.is_authorized_dataset(method=method, user=user),
+        anonymous=bool(getattr(user, "is_anonymous", False)),
     )
 
 
@@ -121,14 +138,19 @@ def blueprint() -> Any:
         if rest not in _PUBLIC and not _taskstate_bearer(request.headers.get("Authorization")):
             try:
                 check_authentication()
+                user = fab_user(method)
             except Unauthenticated:
+                user = None
+            # FAB lets anonymous callers in as AUTH_ROLE_PUBLIC ("Public", no permissions, by
+            # default): one that may do nothing here is asked to authenticate, not refused.
+            if user is None or (user.anonymous and not user.may_anything()):
                 response = jsonify(detail="authentication required (Airflow's API auth backends)")
                 response.status_code = 401
                 response.headers["WWW-Authenticate"] = "Basic"
                 return response
             if request.authorization is None and method != "GET":
                 csrf.protect()  # the UI's session cookie: a write needs the CSRF token
-            environ[ENVIRON_KEY] = fab_user(method)  # type: ignore[arg-type]
+            environ[ENVIRON_KEY] = user
         script = environ.get("SCRIPT_NAME", "")
         environ["SCRIPT_NAME"] = script + PREFIX
         environ["PATH_INFO"] = environ["PATH_INFO"][len(PREFIX) :]

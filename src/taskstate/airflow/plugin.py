@@ -16,18 +16,10 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from taskstate.airflow.versions import airflow_version, native_store_active, version_tuple
-from taskstate.settings import airflow_option
+from taskstate.airflow.serving import api_served
+from taskstate.airflow.versions import airflow_version, version_tuple
 
 BASE_PATH = "/taskstate"
-
-
-def serving() -> bool:
-    """Whether taskstate serves state here (see the module docstring)."""
-    if not native_store_active():
-        return True
-    mode = airflow_option("state_store", "taskstate_mode") or ""
-    return mode.strip().lower() == "taskstate"
 
 
 def _major() -> int:
@@ -37,7 +29,7 @@ def _major() -> int:
 
 @cache
 def _fastapi_apps() -> list[dict[str, Any]]:
-    if not serving() or _major() < 3:
+    if not api_served() or _major() < 3:
         return []
     from taskstate.airflow.api_v3 import build_app
 
@@ -46,7 +38,7 @@ def _fastapi_apps() -> list[dict[str, Any]]:
 
 @cache
 def _flask_blueprints() -> list[Any]:
-    if not serving() or _major() >= 3:
+    if not api_served() or _major() >= 3:
         return []
     from taskstate.airflow.api_v2 import blueprint
 

@@ -4,6 +4,10 @@ Airflow applies `task_policy` to each task whenever a DAG file is parsed — by 
 processor, by `dags test` / `tasks test`, and by the worker process that runs the task — so
 the callbacks below are in place wherever a task executes. On Airflow 3.3+ Airflow's own store
 is in charge and this policy does nothing.
+
+Airflow loads this module inside `import airflow`, before any DAG file or provider module, in
+every Airflow process: the one place early enough for `[state_store]
+taskstate_provider_durable` (`taskstate.airflow.providers`), installed on import below.
 """
 
 from __future__ import annotations
@@ -12,9 +16,11 @@ from typing import Any
 
 from airflow.policies import hookimpl
 
-from taskstate.airflow import KEEP_STATE_ATTR
+from taskstate.airflow import KEEP_STATE_ATTR, providers
 from taskstate.airflow.inject import ClearOnSuccess, InjectState
 from taskstate.airflow.versions import native_store_active
+
+providers.install()
 
 
 @hookimpl  # type: ignore[untyped-decorator]  # pluggy's marker, untyped in Airflow

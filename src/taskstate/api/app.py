@@ -10,14 +10,23 @@ from __future__ import annotations
 import json
 import re
 
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import taskstate
-from taskstate.api import errors, models, routes_asset, routes_discovery, routes_task
+from taskstate.api import (
+    errors,
+    models,
+    routes_asset,
+    routes_discovery,
+    routes_metrics,
+    routes_task,
+    routes_worker,
+)
 from taskstate.api.auth import Auth
 from taskstate.api.context import AppContext, Hosting, max_page_limit
 from taskstate.store import StateStore
+from taskstate.ui.pages import install as install_ui
 
 BASE_PATH = "/taskstate"
 
@@ -35,11 +44,16 @@ def create_app(store: StateStore, auth: Auth, *, hosting: Hosting | None = None)
     app.state.taskstate = ctx
     errors.install(app)
     app.add_middleware(BodyLimit, limit=ctx.body_limit)
-    app.include_router(routes_task.router)
+    app.add_middleware(routes_metrics.RequestMetrics, metrics=store.metrics)
+    app.include_router(routes_task.router, dependencies=[Depends(routes_worker.fence)])
+    app.include_router(routes_worker.router)
     app.include_router(routes_asset.by_query)
     if ctx.hosting.asset_by_id is not None:
         app.include_router(routes_asset.by_id)
     app.include_router(routes_discovery.router)
+    if store.metrics.prometheus is not None:  # `taskstate serve`: GET /taskstate/metrics
+        app.include_router(routes_metrics.router)
+    install_ui(app)  # the state pages at /ui/ (issue 14), clients of the routes above
 
     @app.get("/health", response_model=models.Health, tags=["Health"])
     def health() -> models.Health:

@@ -68,6 +68,7 @@ def serve(ctx: click.Context, host: str, port: int, url: str | None, log_level: 
     import uvicorn
 
     from taskstate.api.tokens import SigningKeys
+    from taskstate.metrics import configured
     from taskstate.store import StateStore
 
     keys = SigningKeys.load()
@@ -77,7 +78,8 @@ def serve(ctx: click.Context, host: str, port: int, url: str | None, log_level: 
             "who reaches the port could read and write all state. Set the key "
             "(AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY) or bind to 127.0.0.1."
         )
-    store = StateStore(url or getattr(ctx.obj, "url", None))
+    metrics = configured(prometheus=True)  # also kept for GET /taskstate/metrics
+    store = StateStore(url or getattr(ctx.obj, "url", None), metrics=metrics)
     mode = (
         "tokens required (taskstate token create)"
         if keys is not None
