@@ -18,6 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from record import meta, save
 from tests.expired_rows import load
 from tests.postgres_server import running_server
 
@@ -83,6 +84,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000, help="expired task rows")
     parser.add_argument("--batch", type=int, default=10000, help="state_cleanup_batch_size")
     args = parser.parse_args()
+    started = meta()
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
         results["sqlite"] = run("sqlite", f"sqlite:///{tmp}/state.db", args.rows, args.batch)
@@ -101,6 +103,9 @@ def main() -> None:
             f"{r['during_p50_ms']:9.2f}ms {r['during_p99_ms']:6.1f}ms {r['during_max_ms']:6.1f}ms "
             f"{r['during_max_ms'] / r['idle_p99_ms']:12.1f}×"
         )
+    figures = {"rows": args.rows, "batch": args.batch, "backends": results}
+    command = f"bench/cleanup_scale.py --rows {args.rows} --batch {args.batch}"
+    save("cleanup_scale", figures, command=command, started=started)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from record import meta, save
+
 from taskstate.lint import AirflowVersion, LintConfig, lint_paths
 from taskstate.lint.engine import iter_files
 
@@ -51,12 +53,20 @@ def main() -> int:
         lint_paths([root], config, version)
 
     lint()  # warm the file cache and imports
+    started = meta()
     baseline = best_of(rounds, parse_only)
     linted = best_of(rounds, lint)
     print(f"corpus: {len(files)} files, {sum(p.stat().st_size for p in files) / 1e6:.1f} MB")
     print(f"ast.parse only : {len(files) / baseline:8.0f} files/s")
     print(f"taskstate lint : {len(files) / linted:8.0f} files/s  (one core, best of {rounds})")
     print(f"ratio lint/parse-only time: {linted / baseline:.2f}x")
+    figures = {
+        "files": len(files),
+        "rounds": rounds,
+        "parse_only_files_per_s": len(files) / baseline,
+        "lint_files_per_s": len(files) / linted,
+    }
+    save("lint_speed", figures, command=f"bench/lint_speed.py {root} {rounds}", started=started)
     return 0
 
 

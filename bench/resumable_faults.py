@@ -24,6 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 
+from record import meta, save
+
 from resumable.driver import (
     KILL_POINTS,
     SYSTEMS,
@@ -119,6 +121,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--fail-rate", type=float, default=0.1)
     args = parser.parse_args()
+    started = meta()
     results = run(args.kills, args.seed, args.fail_rate)
     print("Jobs per logical job (a working job is one that did not FAIL; target: exactly 1)\n")
     print(summary(results))
@@ -126,6 +129,25 @@ def main() -> None:
     print(by_kill_point(results))
     print("\nDecisions taken on the tries after the kill\n")
     print(decisions(results))
+    figures = {
+        name: {
+            "logical_jobs": len(scenarios),
+            "kills_landed": sum(1 for s in scenarios if s.tries[0].killed_at is not None),
+            "working_jobs": {
+                str(k): v for k, v in Counter(min(s.working_jobs, 3) for s in scenarios).items()
+            },
+            "correct_result": sum(s.result_correct for s in scenarios),
+            "stopped_for_a_person": sum(s.lost for s in scenarios),
+        }
+        for name, scenarios in results.items()
+    }
+    command = f"bench/resumable_faults.py --kills {args.kills} --seed {args.seed}"
+    save(
+        "resumable_faults",
+        figures,
+        command=f"{command} --fail-rate {args.fail_rate}",
+        started=started,
+    )
 
 
 if __name__ == "__main__":

@@ -1,5 +1,12 @@
-"""Task-accessor set/get latency on the embedded SQLite backend vs raw sqlite3 doing the same
-upsert/select on the same kind of file, in the same process; and get latency at 1k vs 1M keys.
+"""Task-accessor set/get latency on the embedded SQLite backend against two baselines in the
+same process, measured interleaved (rounds of 500 calls, each side in turn):
+
+- raw sqlite3 doing the same upsert/select on the same table and index as ours (what our layer
+  adds: validation, retention, the size limit, the expiry check);
+- raw sqlite3 on a minimal key/value table, `(k TEXT PRIMARY KEY, v TEXT)` (what a store
+  without an expiry column and index pays);
+
+both files WAL, synchronous=NORMAL like ours; and our get latency at 1k vs 1M keys.
 
     .venv/bin/python bench/store_ops.py [--n 20000] [--big 1000000]
 """
@@ -13,6 +20,9 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from record import meta, save
 
 from taskstate import StateStore, TaskScope, TaskStateStore
 from taskstate.backends.sqlite import _GET, _SET, MIGRATIONS
@@ -22,6 +32,12 @@ from taskstate.settings import Settings
 SCOPE = TaskScope("bench_dag", "manual__2026-01-01", "process_records")
 
 
+def _summary(samples: list[int]) -> tuple[float, float]:
+    samples.sort()
+    n = len(samples)
+    return samples[n // 2] / 1000, samples[int(n * 0.95)] / 1000  # microseconds
+
+
 def percentiles(fn: Callable[[int], object], n: int) -> tuple[float, float]:
     samples = []
     clock = time.perf_counter_ns
@@ -29,16 +45,44 @@ def percentiles(fn: Callable[[int], object], n: int) -> tuple[float, float]:
         t0 = clock()
         fn(i)
         samples.append(clock() - t0)
-    samples.sort()
-    return samples[n // 2] / 1000, samples[int(n * 0.95)] / 1000  # microseconds
+    return _summary(samples)
+
+
+def interleaved(
+    fns: list[Callable[[int], object]], n: int, chunk: int = 500
+) -> list[tuple[float, float]]:
+    """p50/p95 of each function, n calls each, in alternating rounds of `chunk` calls."""
+    samples: list[list[int]] = [[] for _ in fns]
+    clock = time.perf_counter_ns
+    for start in range(0, n, chunk):
+        for fn, out in zip(fns, samples, strict=True):
+            for i in range(start, min(n, start + chunk)):
+                t0 = clock()
+                fn(i)
+                out.append(clock() - t0)
+    return [_summary(s) for s in samples]
+
+
+MINIMAL_KV = "CREATE TABLE kv (k TEXT PRIMARY KEY, v TEXT NOT NULL) WITHOUT ROWID"
+MINIMAL_SET = "INSERT INTO kv (k, v) VALUES (?, ?) ON CONFLICT (k) DO UPDATE SET v = excluded.v"
+MINIMAL_GET = "SELECT v FROM kv WHERE k = ?"
+
+
+def minimal_connection(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute(MINIMAL_KV)
+    return conn
 
 
 def raw_connection(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    for statement in MIGRATIONS[0].split(";"):  # the same table and index as ours
-        conn.execute(statement)
+    for migration in MIGRATIONS:  # the same table and index as ours
+        conn.executescript(migration)
+    conn.execute(f"PRAGMA user_version = {len(MIGRATIONS)}")  # so our backend adds nothing
     return conn
 
 
@@ -47,7 +91,7 @@ def fill(path: Path, count: int) -> None:
     ns = task_prefix(SCOPE.dag_id, SCOPE.run_id, SCOPE.task_id)  # + map index: 1000 indices
     conn.execute("BEGIN")
     conn.executemany(
-        _SET, ((f"{ns}{i % 1000}", f"key{i}", str(i), None, 0.0) for i in range(count))
+        _SET, ((f"{ns}{i % 1000}", f"key{i}", str(i), None, 0.0, None) for i in range(count))
     )
     conn.execute("COMMIT")
     conn.close()
@@ -60,17 +104,26 @@ def main() -> None:
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp())
 
+    started = meta()
     ours = StateStore(f"sqlite:///{tmp}/ours.db", settings=Settings()).task_state(SCOPE)
     raw = raw_connection(tmp / "raw.db")
+    minimal = minimal_connection(tmp / "minimal.db")
     ns = SCOPE.namespace
     value = {"cursor": 12345, "file": "s3://bucket/part-0001.parquet"}
 
     def raw_set(i: int) -> None:  # what a hand-written store does: serialise, upsert
         now = time.time()
-        raw.execute(_SET, (ns, f"k{i % 100}", json.dumps(value), now + 30 * 86400, now))
+        raw.execute(_SET, (ns, f"k{i % 100}", json.dumps(value), now + 30 * 86400, now, None))
 
     def raw_get(i: int) -> None:
         row = raw.execute(_GET, (ns, f"k{i % 100}")).fetchone()
+        json.loads(row[0])
+
+    def minimal_set(i: int) -> None:
+        minimal.execute(MINIMAL_SET, (f"{ns}\x1fk{i % 100}", json.dumps(value)))
+
+    def minimal_get(i: int) -> None:
+        row = minimal.execute(MINIMAL_GET, (f"{ns}\x1fk{i % 100}",)).fetchone()
         json.loads(row[0])
 
     def our_set(i: int) -> None:
@@ -79,22 +132,36 @@ def main() -> None:
     def our_get(i: int) -> None:
         ours.get(f"k{i % 100}")
 
-    for fn in (raw_set, our_set, raw_get, our_get):  # warm up both
+    for fn in (raw_set, minimal_set, our_set, raw_get, minimal_get, our_get):  # warm up
         percentiles(fn, 2000)
-    rows = []
-    for op, raw_fn, our_fn in (("set", raw_set, our_set), ("get", raw_get, our_get)):
-        r50, r95 = percentiles(raw_fn, args.n)
-        o50, o95 = percentiles(our_fn, args.n)
-        rows.append((op, r50, r95, o50, o95))
+    figures: dict[str, Any] = {"n": args.n, "ops": {}}
+    for op, fns in (
+        ("set", [raw_set, minimal_set, our_set]),
+        ("get", [raw_get, minimal_get, our_get]),
+    ):
+        (r50, r95), (m50, m95), (o50, o95) = interleaved(fns, args.n)
+        figures["ops"][op] = {
+            "same_table": {"p50_us": r50, "p95_us": r95},
+            "minimal_kv": {"p50_us": m50, "p95_us": m95},
+            "ours": {"p50_us": o50, "p95_us": o95},
+        }
 
-    print(f"taskstate task accessor vs raw sqlite3 (WAL, synchronous=NORMAL), n={args.n}")
     print(
-        f"{'op':4} {'raw p50':>9} {'raw p95':>9} {'ours p50':>9} {'ours p95':>9} "
-        f"{'p50 ratio':>9} {'p95 ratio':>9}"
+        f"taskstate task accessor vs raw sqlite3 (WAL, synchronous=NORMAL), n={args.n}, interleaved"
     )
-    for op, r50, r95, o50, o95 in rows:
-        ratios = f"{o50 / r50:8.2f}× {o95 / r95:8.2f}×"
-        print(f"{op:4} {r50:8.1f}µ {r95:8.1f}µ {o50:8.1f}µ {o95:8.1f}µ {ratios}")
+    print(
+        f"{'op':4} {'baseline':>12} {'base p50':>9} {'base p95':>9} {'ours p50':>9} "
+        f"{'ours p95':>9} {'p50 ratio':>9} {'p95 ratio':>9}"
+    )
+    for op, by in figures["ops"].items():
+        o = by["ours"]
+        for base in ("same_table", "minimal_kv"):
+            b = by[base]
+            print(
+                f"{op:4} {base:>12} {b['p50_us']:8.1f}µ {b['p95_us']:8.1f}µ {o['p50_us']:8.1f}µ "
+                f"{o['p95_us']:8.1f}µ {o['p50_us'] / b['p50_us']:8.2f}× "
+                f"{o['p95_us'] / b['p95_us']:8.2f}×"
+            )
 
     sizes = (1000, args.big)
     gets = []
@@ -116,6 +183,12 @@ def main() -> None:
         f"ratio {sizes[1]} / {sizes[0]}: p50 {gets[1][0] / gets[0][0]:.2f}×  "
         f"p95 {gets[1][1] / gets[0][1]:.2f}×"
     )
+    figures["get_by_size"] = {
+        str(count): {"p50_us": p50, "p95_us": p95}
+        for count, (p50, p95) in zip(sizes, gets, strict=True)
+    }
+    command = f"bench/store_ops.py --n {args.n} --big {args.big}"
+    save("store_ops", figures, command=command, started=started)
 
 
 if __name__ == "__main__":

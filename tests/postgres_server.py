@@ -137,6 +137,13 @@ class PostgresServer:
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "restart",
                   "-l", str(self.root / "log"))  # fmt: skip
 
+    def halt(self) -> None:
+        """Stop the server and keep its data: an outage that lasts until `resume()`."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def resume(self) -> None:
+        self._pg_ctl_start()
+
     def crash(self) -> None:
         """SIGKILL the postmaster and every backend, then start again (crash recovery)."""
         pids = self._cluster_pids()

@@ -90,6 +90,7 @@ def test_asset_commands(run) -> None:  # type: ignore[no-untyped-def]
     run("asset", "set", "watermark", '"2026-01-01"', "--name", "orders")
     run("asset", "set", "rows", "10", "--uri", "s3://b/x")
     assert run("asset", "get", "watermark", "--name", "orders").stdout.strip() == '"2026-01-01"'
+    assert run("asset", "get", "rows", "--uri", "s3://b/x").stdout.strip() == "10"
     rows = json.loads(run("asset", "list", "--json").stdout)
     assert {(r["asset"], r["key"]) for r in rows} == {("orders", "watermark"), ("s3://b/x", "rows")}
     run("asset", "delete", "watermark", "--name", "orders")
@@ -148,7 +149,7 @@ def test_clean_dry_run_then_clean(run) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_db_and_doctor(run) -> None:  # type: ignore[no-untyped-def]
-    assert "version 1" in run("db", "migrate").stdout
+    assert "version 2" in run("db", "migrate").stdout
     assert "(current)" in run("db", "check").stdout
     checks = {c["check"]: c for c in json.loads(run("doctor", "--json").stdout)}
     assert checks["backend"]["status"] == "ok"
@@ -159,3 +160,61 @@ def test_doctor_names_a_bad_setting(run, monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setenv("AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAYS", "-3")
     proc = run("doctor", ok=False)
     assert "default_retention_days must be >= 0" in proc.stdout
+
+
+def test_the_size_limit_holds_on_cli_set_and_import(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """65,535 UTF-8 bytes of JSON, not characters: 33,000 "é" are 66,002 bytes."""
+    big = "é" * 33_000
+    proc = run("task", "set", "k", big, *SCOPE, "--text", ok=False)
+    assert "66002 bytes" in proc.stderr and "65535" in proc.stderr, proc.stderr
+    run("task", "set", "k", "é" * 32_000, *SCOPE, "--text")  # 64,002 bytes: under the limit
+    assert json.loads(run("task", "get", "k", *SCOPE).stdout) == "é" * 32_000
+
+    line = {"scope": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "key": "n"}
+    dump = json.dumps({**line, "value": 1}) + "\n" + json.dumps({**line, "key": "m", "value": big})
+    proc = run("import", stdin=dump + "\n", ok=False)
+    assert "line 2" in proc.stderr and "nothing was imported" in proc.stderr, proc.stderr
+    assert "66002 bytes" in proc.stderr
+    rows = json.loads(run("task", "list", "--dag-id", "d", "--json").stdout)
+    assert [r["key"] for r in rows] == ["k"]  # the earlier set; neither import line
+
+
+def test_an_import_failing_at_write_time_writes_nothing(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 11.1: a line that passes the checks but fails in the backend (here a lone
+    surrogate, which SQLite cannot encode) left the 499 lines before it written."""
+    StateStore(run.url, settings=Settings()).task_state(TaskScope("d", "r", "t")).set("old", 1)
+    line = '{{"scope":"task","dag_id":"d","run_id":"r","task_id":"t","key":{key},"value":1}}'
+    lines = [line.format(key=json.dumps(f"k{i}")) for i in range(1000)]
+    lines[500] = line.format(key='"bad\\ud800"')
+    proc = run("import", ok=False, stdin="\n".join(lines))
+    assert proc.returncode == 1 and "nothing was imported" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    store = StateStore(run.url, settings=Settings())
+    assert store.task_state(TaskScope("d", "r", "t")).keys() == ["old"]
+    ok = run("import", "--keep-existing", stdin="\n".join([*lines[:3], line.format(key='"old"')]))
+    assert "imported 3 keys" in ok.stdout and "kept 1 existing" in ok.stdout
+
+
+@pytest.mark.parametrize("days", ["nan", "inf", "-1", "1e9"])
+def test_bad_retention_days_are_one_line_errors(run, days: str) -> None:  # type: ignore[no-untyped-def]
+    proc = run("task", "set", "k", "1", *SCOPE, "--retention-days", days, ok=False)
+    assert (
+        proc.returncode == 2 and "Traceback" not in proc.stderr and "retention-days" in proc.stderr
+    )
+
+
+def test_import_of_a_non_utf8_file_is_a_one_line_error(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "latin1.jsonl"
+    bad.write_bytes('{"scope":"asset","asset":"a","key":"k","value":"caf\xe9"}\n'.encode("latin-1"))
+    proc = run("import", str(bad), ok=False)
+    assert proc.returncode == 1 and "UTF-8" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_database_path_under_a_regular_file_is_a_one_line_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", f"sqlite:///{tmp_path}/file/s.db", "task",
+         "get", "k", *SCOPE],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr

@@ -8,6 +8,9 @@ import random
 import signal
 import time
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from taskstate import AssetScope, StateStore, TaskScope
 from taskstate.settings import Settings
@@ -24,7 +27,10 @@ def _increment(url: str, n: int) -> None:
 
 def test_update_from_8_processes_loses_nothing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/state.db"
-    StateStore(url, settings=Settings()).backend.migrate()
+    # Closed before forking: an unclosed store left to the children's garbage collector lost
+    # ~140 of 4,000 updates here (after other tests had run in this process; see notes).
+    with StateStore(url, settings=Settings()) as store:
+        store.backend.migrate()
     procs = [CTX.Process(target=_increment, args=(url, 500)) for _ in range(8)]
     for p in procs:
         p.start()
@@ -35,6 +41,44 @@ def test_update_from_8_processes_loses_nothing(tmp_path: Path) -> None:
         StateStore(url, settings=Settings()).asset_state(AssetScope(name="counter")).get("n")
         == 4000
     )
+
+
+ROUNDS, RACERS = 30, 6
+
+
+def _race(url: str, index: int, barrier: Any, wins: Any) -> None:
+    acc = StateStore(url, settings=Settings()).task_state(T)
+    won = []
+    for round_ in range(ROUNDS):
+        barrier.wait(60)  # every racer starts the round together
+        if acc.compare_and_set(f"owner{round_}", None, index):
+            won.append(round_)
+    wins.put((index, won))
+
+
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_compare_and_set_racing_processes_exactly_one_wins_each_round(
+    kind: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    url = (
+        f"sqlite:///{tmp_path}/state.db"
+        if kind == "sqlite"
+        else request.getfixturevalue("fresh_postgres_url")
+    )
+    StateStore(url, settings=Settings()).backend.migrate()
+    barrier, wins = CTX.Barrier(RACERS), CTX.Queue()
+    procs = [CTX.Process(target=_race, args=(url, i, barrier, wins)) for i in range(RACERS)]
+    for p in procs:
+        p.start()
+    results = dict(wins.get(timeout=120) for _ in procs)
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    winners = {round_: i for i, won in results.items() for round_ in won}
+    assert sum(len(won) for won in results.values()) == ROUNDS  # never two winners of a round
+    assert sorted(winners) == list(range(ROUNDS))  # and never none
+    acc = StateStore(url, settings=Settings()).task_state(T)
+    assert {r: acc.get(f"owner{r}") for r in range(ROUNDS)} == winners
 
 
 def _mapped_writer(url: str, index: int) -> None:

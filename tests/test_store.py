@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import Clock
 
 from taskstate import NEVER_EXPIRE, AssetScope, StateStore, TaskScope
+from taskstate.cleanup import clean
 from taskstate.errors import InvalidRetentionError, InvalidScopeError, InvalidValueError
 from taskstate.settings import Settings
 
@@ -82,8 +83,16 @@ def test_never_expire_is_recognised_by_value(store: StateStore, equal: timedelta
     assert store.backend.get(T.namespace, "k").expires_at is None  # type: ignore[union-attr]
 
 
-def test_never_expire_equals_timedelta_max() -> None:
-    assert timedelta.max == NEVER_EXPIRE
+def test_a_never_expiring_key_outlives_every_cleanup(store: StateStore, clock: Clock) -> None:
+    # Airflow 3.3 spells it `timedelta.max`; tests/airflow/test_coexistence.py checks that
+    # Airflow's own NEVER_EXPIRE equals ours inside a real task.
+    acc = store.task_state(T)
+    acc.set("airflow", 1, retention=timedelta.max)
+    acc.set("ours", 2, retention=NEVER_EXPIRE)
+    acc.set("finite", 3, retention=timedelta(days=1))
+    clock.now += 7000 * 365 * DAY  # the year ~8800: every finite retention has run out
+    assert clean(store).deleted == 1
+    assert (acc.get("airflow"), acc.get("ours"), acc.get("finite")) == (1, 2, None)
 
 
 def test_long_but_finite_retention_expires(store: StateStore, clock: Clock) -> None:

@@ -14,6 +14,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from versus.envs import REPO, AirflowHome, Side, log
-from versus.report import Section, commit, render
+from versus.report import MixedRuns, Section, commit, render
 from versus.workloads import Runs, Skipped, cleanup, crash, etl, mapped, per_op, per_op_scheduler
 
 Workload = Callable[[AirflowHome, int, int, Path, dict[str, str]], Runs]
@@ -94,13 +95,19 @@ WORKLOADS: dict[str, tuple[Workload, int, int, str, str]] = {
     ),
 }
 
+# key -> side; the key is what `--sides` takes and what the .json is keyed by.
 SIDES = {
     "A": Side("A: Airflow 3.3.2 native", "3.3", taskstate=False),
-    "B-3.2": Side("B: taskstate on Airflow 3.2, SQLite", "3.2", taskstate=True),
-    "B-2.11": Side("B: taskstate on Airflow 2.11, SQLite", "2.11", True, metadata="postgresql"),
-    "B-3.2-pg": Side("B: taskstate on Airflow 3.2, PostgreSQL", "3.2", True, "postgresql"),
+    "A-pg": Side("A: Airflow 3.3.2 native", "3.3", taskstate=False, metadata="postgresql"),
+    "B-3.2": Side("B: taskstate on Airflow 3.2", "3.2", taskstate=True),
+    "B-3.2-full": Side("B: taskstate on Airflow 3.2", "3.2", taskstate=True, synchronous="full"),
+    "B-2.11": Side("B: taskstate on Airflow 2.11", "2.11", taskstate=True, metadata="postgresql"),
+    "B-3.2-pg": Side(
+        "B: taskstate on Airflow 3.2", "3.2", True, backend="postgresql", metadata="postgresql"
+    ),
 }
 POSTGRES_HARNESS = REPO / "tests" / "postgres_server.py"
+SINGLE_RUN = {"crash"}  # n logical jobs per kill point: one pass per side, not `runs`
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,60 +125,65 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--render", action="store_true", help="only re-render the report from its .json"
     )
+    parser.add_argument(
+        "--allow-mixed",
+        action="store_true",
+        help="render figures of several invocations into one report (each row then says so)",
+    )
+    parser.add_argument(
+        "--max-load",
+        type=float,
+        default=2.0 * (os.cpu_count() or 1),
+        help="1-min load average above which a repetition is marked (default 2 × cores)",
+    )
+    parser.add_argument(
+        "--repeat-loaded",
+        type=int,
+        default=1,
+        help="extra repetitions, per workload and side, for those measured above --max-load",
+    )
     args = parser.parse_args(argv)
     runs = args.runs or (1 if args.smoke else 3)
     chosen = args.only.split(",") if args.only else list(WORKLOADS)
-    sides = [SIDES[s] for s in (args.sides.split(",") if args.sides else SIDES)]
-    unknown = [w for w in chosen if w not in WORKLOADS]
+    keys = args.sides.split(",") if args.sides else list(SIDES)
+    unknown = [w for w in chosen if w not in WORKLOADS] + [k for k in keys if k not in SIDES]
     if unknown:
-        parser.error(f"unknown workload(s) {unknown}; choose from {list(WORKLOADS)}")
+        parser.error(f"unknown workload(s)/side(s) {unknown}; see --help")
     work = Path(tempfile.mkdtemp(prefix="taskstate-versus-"))
     output = args.output or (work / "RESULTS.md" if args.smoke else REPO / "bench" / "RESULTS.md")
-    # Raw figures per side, kept next to the report, so sides measured in separate runs
-    # (`--sides`) still make one report; each side says when and at which commit it ran.
+    # Raw figures, kept next to the report: every measurement carries its invocation's id, the
+    # commit, the time and the load, so a report never silently mixes runs (see --allow-mixed).
     data_path = output.with_suffix(".json")
-    if args.render:
-        sides = []
     stack = contextlib.ExitStack()
+    invocation = {
+        "id": time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()),
+        "commit": commit(),
+        "started": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "runs": runs,
+        "smoke": args.smoke,
+        "max_load": args.max_load,
+        "workloads": chosen,
+        "sides": keys,
+        "finished": None,
+    }
     try:
-        for side in sides:
-            log(f"== {side.name}")
-            url = None
-            if "postgresql" in (side.backend, side.metadata):
-                if not POSTGRES_HARNESS.exists():
-                    log(f"skipping {side.name}: no {POSTGRES_HARNESS}")
-                    continue
-                url = stack.enter_context(_postgres()).url
-            side.prepare()
-            home = AirflowHome(side, work / f"{side.airflow}-{side.backend}" / "home", url)
-            record: dict[str, Any] = {"workloads": {}}
-            record.update(
-                describe=_describe(side),
-                commit=commit(),
-                runs=runs,
-                smoke=args.smoke,
-                measured=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-            )
+        if not args.render:
+            _start_invocation(data_path, invocation)
+            homes = _prepare(keys, work, stack, invocation["id"], data_path)
             for name in chosen:
-                function, full_n, smoke_n, *_ = WORKLOADS[name]
-                n = smoke_n if args.smoke else full_n
-                log(f"{name} on {side.name}")
-                stores: dict[str, str] = {}
-                entry: dict[str, Any] = {"n": n, "stores": stores, "runs": runs}
-                try:
-                    entry["results"] = function(home, n, runs, work, stores)
-                except Skipped as why:
-                    entry["skipped"] = str(why)
-                except Exception as error:  # one broken workload must not lose the others
-                    log(f"{name} on {side.name} FAILED: {error}")
-                    entry["skipped"] = f"**failed**: {error}"
-                record["workloads"][name] = entry
-                _save(data_path, side.name, record)
-            stack.close()  # this side's PostgreSQL server, if any
+                _measure(name, homes, runs, args, work, invocation, data_path)
+            invocation["finished"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            _start_invocation(data_path, invocation)
     finally:
         stack.close()
         data = json.loads(data_path.read_text()) if data_path.exists() else {"sides": {}}
-        text = render(_sections(data), data["sides"], baseline=SIDES["A"].name)
+        try:
+            text = render(
+                _sections(data), data, baseline=["A", "A-pg"], allow_mixed=args.allow_mixed
+            )
+        except MixedRuns as refused:
+            log(str(refused))
+            return 2
         output.write_text(text + "\n")
         print(text)
         log(f"report written to {output} (raw figures: {data_path})")
@@ -182,9 +194,106 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _save(path: Path, side: str, record: dict[str, Any]) -> None:
-    """Replace one side's figures (and its workloads measured so far) in the .json, under a
-    lock, so concurrent runs of different sides both land."""
+def _prepare(
+    keys: list[str], work: Path, stack: contextlib.ExitStack, run_id: str, data_path: Path
+) -> dict[str, AirflowHome]:
+    """Every side's env and Airflow home, up front: the workloads then alternate sides."""
+    server = None
+    homes = {}
+    for key in keys:
+        side = SIDES[key]
+        log(f"== preparing {key}: {side.name} ({side.store_label})")
+        url = None
+        if "postgresql" in (side.backend, side.metadata):
+            if server is None:
+                server = stack.enter_context(_postgres())
+            url = _database(server.url, key)
+        side.prepare()
+        homes[key] = AirflowHome(side, work / key / "home", url)
+        _save(data_path, key, {"describe": _describe(side, homes[key]), "workloads": {}}, run_id)
+    return homes
+
+
+def _database(server_url: str, key: str) -> str:
+    """A database of its own per side on the one server (Airflow 3.3 and 3.2 metadata differ)."""
+    import psycopg
+
+    name = "versus_" + key.replace("-", "_").replace(".", "_").lower()
+    with psycopg.connect(server_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+    return server_url.rsplit("/", 1)[0] + "/" + name
+
+
+def _measure(
+    name: str,
+    homes: dict[str, AirflowHome],
+    runs: int,
+    args: argparse.Namespace,
+    work: Path,
+    invocation: dict[str, Any],
+    data_path: Path,
+) -> None:
+    """Repetition r runs every side once (A, B, ..., then the next repetition in reverse order,
+    so drift in the machine's load hits every side alike); then one extra repetition per side
+    for each repetition that ran above --max-load."""
+    function, full_n, smoke_n, *_ = WORKLOADS[name]
+    n = smoke_n if args.smoke else full_n
+    repetitions = 1 if name in SINGLE_RUN else runs
+    entries: dict[str, dict[str, Any]] = {k: {"n": n, "stores": {}, "results": {}} for k in homes}
+    loaded = dict.fromkeys(homes, 0)
+    order = list(homes)
+    schedule = [order if r % 2 == 0 else order[::-1] for r in range(repetitions)]
+    extra = 0
+    while schedule:
+        sides = schedule.pop(0)
+        for key in sides:
+            entry = entries[key]
+            if "skipped" in entry:
+                continue
+            rep = len(next(iter(entry["results"].values()), []))
+            log(f"{name} on {key}, repetition {rep + 1}")
+            meta = {
+                "run": invocation["id"],
+                "commit": invocation["commit"],
+                "at": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                "load1": round(os.getloadavg()[0], 2),
+            }
+            out = work / key / f"{name}-{rep}"
+            out.mkdir(parents=True, exist_ok=True)
+            try:
+                result = function(homes[key], n, 1, out, entry["stores"])
+            except Skipped as why:
+                entry["skipped"] = str(why)
+                result = {}
+            except Exception as error:  # one broken workload must not lose the others
+                log(f"{name} on {key} FAILED: {error}")
+                entry["skipped"] = f"**failed**: {error}"
+                result = {}
+            meta["load1_end"] = round(os.getloadavg()[0], 2)
+            if max(meta["load1"], meta["load1_end"]) > args.max_load:
+                loaded[key] += 1
+            for metric, measured in result.items():
+                entry["results"].setdefault(metric, []).extend({**m, **meta} for m in measured)
+            _save(data_path, key, {"workloads": {name: entry}}, invocation["id"])
+        if not schedule and extra < args.repeat_loaded and name not in SINGLE_RUN:
+            again = [k for k in order if loaded[k] and "skipped" not in entries[k]]
+            for k in again:
+                loaded[k] -= 1
+            if again:
+                extra += 1
+                log(f"{name}: one more repetition for {again} (load above {args.max_load})")
+                schedule.append(again)
+
+
+def _start_invocation(path: Path, invocation: dict[str, Any]) -> None:
+    with _locked(path) as data:
+        data.setdefault("invocations", {})[invocation["id"]] = invocation
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Any:
+    """The .json, read, changed by the caller and written back under a lock."""
     import fcntl
 
     key = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:12]
@@ -192,15 +301,25 @@ def _save(path: Path, side: str, record: dict[str, Any]) -> None:
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = json.loads(path.read_text()) if path.exists() else {"sides": {}}
-        old = data["sides"].get(side, {}).get("workloads", {})
-        data["sides"][side] = {**record, "workloads": {**old, **record["workloads"]}}
+        yield data
         path.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def _save(path: Path, key: str, record: dict[str, Any], run_id: str) -> None:
+    """Merge one side's description and workloads into the .json; a workload measured again
+    replaces the old figures of that side (each keeps its own invocation id)."""
+    with _locked(path) as data:
+        old = data["sides"].get(key, {})
+        workloads = {**old.get("workloads", {}), **record.get("workloads", {})}
+        data["sides"][key] = {**old, **record, "workloads": workloads, "run": run_id}
 
 
 def _sections(data: dict[str, Any]) -> list[Section]:
     """One section per workload, sides in the order of SIDES."""
-    order = [s.name for s in SIDES.values()]
-    sides = sorted(data["sides"].items(), key=lambda kv: order.index(kv[0]))
+    order = list(SIDES)
+    sides = sorted(
+        ((k, v) for k, v in data["sides"].items() if k in SIDES), key=lambda kv: order.index(kv[0])
+    )
     sections = []
     for name, (_, full_n, _, title, note) in WORKLOADS.items():
         entries = [
@@ -215,7 +334,7 @@ def _sections(data: dict[str, Any]) -> list[Section]:
         for side, entry in entries:
             if "skipped" in entry:
                 section.skipped[side] = entry["skipped"]
-            else:
+            if entry.get("results"):
                 section.results[side] = entry["results"]
                 section.stores[side] = entry["stores"]
         sections.append(section)
@@ -223,7 +342,8 @@ def _sections(data: dict[str, Any]) -> list[Section]:
 
 
 def _postgres() -> Any:
-    """A throwaway server from the tests' harness (127.0.0.1, free port, removed after)."""
+    """A throwaway server from the tests' harness (127.0.0.1, free port, removed after), with
+    fsync on: the bench compares durable commits, as production runs them."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("versus_postgres_server", POSTGRES_HARNESS)
@@ -232,10 +352,11 @@ def _postgres() -> Any:
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
-    return module.running_server()
+    return module.running_server(fsync=True)
 
 
-def _describe(side: Side) -> str:
+def _describe(side: Side, home: AirflowHome) -> dict[str, str]:
+    import sqlite3
     import subprocess
 
     code = (
@@ -256,9 +377,18 @@ def _describe(side: Side) -> str:
         capture_output=True,
         text=True,
     )
-    versions = out.stdout.strip() or out.stderr.strip()[-200:]
-    metadata = {"sqlite": "SQLite", "postgresql": "PostgreSQL (psycopg2)"}[side.metadata]
-    return f"{versions} | Airflow metadata DB: {metadata} | env `{side.env}`"
+    metadata = side.metadata_label
+    if side.metadata == "sqlite":  # what Airflow's file really uses (Airflow sets no pragma)
+        with sqlite3.connect(home.db) as conn:
+            journal = conn.execute("PRAGMA journal_mode").fetchone()[0]
+        metadata += f" (journal_mode={journal})"
+    return {
+        "name": side.name,
+        "versions": out.stdout.strip() or out.stderr.strip()[-200:],
+        "metadata": metadata,
+        "store": side.store_label,
+        "env": str(side.env),
+    }
 
 
 if __name__ == "__main__":

@@ -31,6 +31,10 @@ ENVS = Path(
 )
 
 
+# tests/postgres_server.py's server as the bench starts it (fsync on: a production setting).
+POSTGRES_DURABILITY = "PostgreSQL 15, fsync=on, synchronous_commit=on"
+
+
 def log(message: str) -> None:
     print(f"[versus {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
@@ -52,8 +56,7 @@ def pinned_env(
 
     `postgres` adds our PostgreSQL driver, at the versions of requirements/dev.lock (the pinned
     Airflow locks carry none); `airflow_postgres` adds the driver Airflow's own metadata
-    database needs on PostgreSQL (psycopg2; only for Airflow 2, which refuses the
-    LocalExecutor on SQLite).
+    database needs on PostgreSQL (psycopg2, and asyncpg for Airflow 3's async engine).
     """
     root = ENVS / ("with-taskstate" if taskstate else "airflow-only")
     out = subprocess.run(
@@ -73,7 +76,17 @@ def pinned_env(
         )
     if airflow_postgres:
         subprocess.run(
-            [str(UV), "pip", "install", "--quiet", "--python", python, "psycopg2-binary"],
+            # psycopg2 for the metadata DB, asyncpg for Airflow 3's async engine on it
+            [
+                str(UV),
+                "pip",
+                "install",
+                "--quiet",
+                "--python",
+                python,
+                "psycopg2-binary",
+                "asyncpg",
+            ],
             check=True,
         )
     if taskstate:
@@ -108,11 +121,28 @@ class Side:
     taskstate: bool
     backend: str = "sqlite"  # taskstate backend: "sqlite" (embedded) or "postgresql"
     metadata: str = "sqlite"  # Airflow's metadata database
+    synchronous: str = "normal"  # taskstate's embedded SQLite: ?synchronous=...
     env: Path = field(default=Path())
 
     @property
     def airflow_major(self) -> int:
         return int(self.airflow.split(".")[0])
+
+    @property
+    def metadata_label(self) -> str:
+        return {"sqlite": "SQLite", "postgresql": "PostgreSQL"}[self.metadata]
+
+    @property
+    def store_label(self) -> str:
+        """Where this side's state lives, and how durably it commits."""
+        if not self.taskstate:  # Airflow 3.3's store lives in its metadata database
+            if self.metadata == "sqlite":
+                # Airflow sets neither pragma: SQLite's defaults (checked in describe()).
+                return "metadata DB: SQLite, rollback journal, synchronous=FULL"
+            return f"metadata DB: {POSTGRES_DURABILITY}"
+        if self.backend == "postgresql":
+            return f"taskstate: {POSTGRES_DURABILITY}"
+        return f"taskstate: SQLite file, WAL, synchronous={self.synchronous.upper()}"
 
     def prepare(self) -> None:
         self.env = pinned_env(
@@ -159,7 +189,10 @@ class AirflowHome:
         self.taskstate_url = server_url if side.backend == "postgresql" else None
         if side.taskstate:
             # Explicit: with a PostgreSQL metadata DB our default would follow it there.
-            url = self.taskstate_url or f"sqlite:///{self.taskstate_db}"
+            sqlite_url = f"sqlite:///{self.taskstate_db}"
+            if side.synchronous != "normal":
+                sqlite_url += f"?synchronous={side.synchronous}"
+            url = self.taskstate_url or sqlite_url
             self.env["AIRFLOW__STATE_STORE__TASKSTATE_URL"] = url
         if self.taskstate_url:
             # A server backend is never migrated implicitly: the admin's step, done once.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import statistics
 import subprocess
 from dataclasses import dataclass, field
 from typing import Any
@@ -45,10 +46,54 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return lines
 
 
-def _crash_rows(section: Section) -> tuple[list[str], list[list[str]]]:
+class MixedRuns(Exception):
+    """The .json holds figures of several invocations and the caller did not allow that."""
+
+
+@dataclass
+class Context:
+    """What every row needs: side labels, the threshold, the newest invocation."""
+
+    sides: dict[str, Any]
+    max_load: float
+    newest: str
+    mixed: bool
+
+
+def _side_cells(ctx: Context, key: str) -> list[str]:
+    described = ctx.sides.get(key, {}).get("describe", {})
+    return [
+        f"{key}: {described.get('name', key)}",
+        described.get("store", "?"),
+        described.get("metadata", "?"),
+    ]
+
+
+def _loaded(ctx: Context, run: dict[str, Any]) -> bool:
+    return max(run.get("load1", 0.0), run.get("load1_end", 0.0)) > ctx.max_load
+
+
+def kept_runs(ctx: Context, runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs a median is taken over: those at or below the load threshold, if any."""
+    quiet = [r for r in runs if not _loaded(ctx, r)]
+    return quiet or runs
+
+
+def _per_run(ctx: Context, runs: list[dict[str, Any]], stat: str) -> str:
+    cells = []
+    for run in runs:
+        mark = "*" if _loaded(ctx, run) else ""
+        mark += "‡" if ctx.mixed and run.get("run") != ctx.newest else ""
+        cells.append(fmt(run[stat]) + mark)
+    return " · ".join(cells)
+
+
+def _crash_rows(ctx: Context, section: Section) -> tuple[list[str], list[list[str]]]:
     header = [
         "kill point",
         "side",
+        "state, durability",
+        "Airflow metadata DB",
         "logical jobs",
         "finished on a retry (try 1 killed)",
         "jobs created per logical job",
@@ -66,7 +111,7 @@ def _crash_rows(section: Section) -> tuple[list[str], list[list[str]]]:
             rows.append(
                 [
                     kill_at.replace("_", " "),
-                    side,
+                    *_side_cells(ctx, side),
                     str(len(jobs)),
                     f"{sum(j['killed_once'] for j in jobs):.0f} / {len(jobs)}",
                     spread,
@@ -79,34 +124,50 @@ def _crash_rows(section: Section) -> tuple[list[str], list[list[str]]]:
     return header, rows
 
 
-def render_section(section: Section, baseline: str) -> list[str]:
+def render_section(ctx: Context, section: Section, baselines: list[str]) -> list[str]:
     lines = [f"## {section.title}", "", section.note, ""]
     if section.crash:
-        lines += _table(*_crash_rows(section))
+        lines += _table(*_crash_rows(ctx, section))
         return [*lines, *_footer(section), ""]
-    base = section.results.get(baseline, {})
     metrics = list(dict.fromkeys(m for runs in section.results.values() for m in runs))
     pct = any("p50" in r[0] for runs in section.results.values() for r in runs.values() if r)
-    stats = ["p50", "p95"] if pct else ["wall"]
+    stat = "p50" if pct else "wall"
     header = [
         "metric",
         "side",
-        *(["p50", "p95"] if pct else ["wall time"]),
+        "state, durability",
+        "Airflow metadata DB",
+        "p50 (median of runs)" if pct else "wall time (median of runs)",
+        "each run's p50" if pct else "each run",
+        *(["p95 (median)"] if pct else []),
         "runs",
-        *(f"Airflow ÷ taskstate ({s})" if pct else "Airflow ÷ taskstate" for s in stats),
+        *(f"{b} ÷ this ({stat})" for b in baselines),
     ]
     rows = []
     for metric in metrics:
         for side, runs in section.results.items():
             if metric not in runs:
                 continue
-            values = [median_of(runs[metric], s) for s in stats]
-            ratios = ["—"] * len(stats)
-            if side != baseline and metric in base:
-                ratios = [
-                    ratio(median_of(base[metric], s), v) for s, v in zip(stats, values, strict=True)
+            kept = kept_runs(ctx, runs[metric])
+            value = median_of(kept, stat)
+            ratios = []
+            for base in baselines:
+                base_runs = section.results.get(base, {}).get(metric)
+                if side in baselines or not base_runs:
+                    ratios.append("—")
+                else:
+                    ratios.append(ratio(median_of(kept_runs(ctx, base_runs), stat), value))
+            rows.append(
+                [
+                    metric,
+                    *_side_cells(ctx, side),
+                    fmt(value) + ("" if len(kept) == len(runs[metric]) else " (quiet runs)"),
+                    _per_run(ctx, runs[metric], stat),
+                    *([fmt(median_of(kept, "p95"))] if pct else []),
+                    str(len(runs[metric])),
+                    *ratios,
                 ]
-            rows.append([metric, side, *map(fmt, values), str(len(runs[metric])), *ratios])
+            )
     lines += _table(header, rows)
     return [*lines, *_footer(section), ""]
 
@@ -152,10 +213,33 @@ def commit() -> str:
     return out.stdout.strip() or "unknown"
 
 
-def render(sections: list[Section], sides: dict[str, Any], baseline: str) -> str:
-    load = os.getloadavg()
-    smoke = any(side.get("smoke") for side in sides.values())
-    runs = min((side["runs"] for side in sides.values()), default=0)
+def _measurements(data: dict[str, Any]) -> list[dict[str, Any]]:
+    return [
+        run
+        for side in data["sides"].values()
+        for entry in side.get("workloads", {}).values()
+        for runs in entry.get("results", {}).values()
+        for run in runs
+    ]
+
+
+def render(
+    sections: list[Section], data: dict[str, Any], baseline: list[str], allow_mixed: bool = False
+) -> str:
+    measured = _measurements(data)
+    invocations = data.get("invocations", {})
+    used = sorted({str(m.get("run", "before per-measurement records")) for m in measured})
+    if len(used) > 1 and not allow_mixed:
+        raise MixedRuns(
+            f"the figures come from {len(used)} different runs ({', '.join(used)}): re-measure "
+            "every side in one invocation, or pass --allow-mixed to render them marked"
+        )
+    newest = used[-1] if used else ""
+    max_load = max((invocations.get(u, {}).get("max_load", 4.0) for u in used), default=4.0)
+    ctx = Context(data["sides"], max_load, newest, len(used) > 1)
+    smoke = any(invocations.get(u, {}).get("smoke") for u in used)
+    loads = sorted(max(m.get("load1", 0.0), m.get("load1_end", 0.0)) for m in measured)
+    above = sum(1 for x in loads if x > max_load)
     lines = [
         "# taskstate vs Airflow 3.3.2's native state store",
         "",
@@ -164,21 +248,49 @@ def render(sections: list[Section], sides: dict[str, Any], baseline: str) -> str
         + (" **Smoke run: tiny N, figures are not meaningful.**" if smoke else ""),
         "",
         f"- Machine: {_cpu()}, {os.cpu_count()} cores, {_mem_gb()} RAM, "
-        f"{platform.system()} {platform.release()}; load average when the report was written "
-        f"{load[0]:.2f} / {load[1]:.2f} / {load[2]:.2f} (the machine was shared with other work)",
-        *(
-            f"- {name}: measured {side['measured']} at commit `{side['commit']}`; "
-            f"{side['describe']}"
-            for name, side in sides.items()
-        ),
+        f"{platform.system()} {platform.release()}, shared with other work.",
+    ]
+    for run_id in used:
+        inv = invocations.get(run_id, {})
+        done = (
+            f"finished {inv['finished']}"
+            if inv.get("finished")
+            else "**did not finish: only the workloads and repetitions below were measured**"
+        )
+        lines.append(
+            f"- Run `{run_id}`: commit `{inv.get('commit', '?')}`, started "
+            f"{inv.get('started', '?')}, {done}; {inv.get('runs', '?')} repetitions per "
+            f"timing, workloads {', '.join(inv.get('workloads', []))}."
+            + (" Rows marked ‡ come from an older run." if ctx.mixed and run_id != newest else "")
+        )
+    if loads:
+        lines.append(
+            f"- Load (1-min average, at the start and end of each repetition): median "
+            f"{statistics.median(loads):.1f}, range {loads[0]:.1f}–{loads[-1]:.1f}; {above} of "
+            f"{len(loads)} measurements ran above {max_load:.0f} (marked *; each got one "
+            "extra repetition, and a median is taken over the unmarked runs when there are any)."
+        )
+    for key, side in ctx.sides.items():
+        d = side.get("describe", {})
+        if isinstance(d, dict):
+            lines.append(
+                f"- `{key}` — {d.get('name')}: {d.get('versions')}; state: {d.get('store')}; "
+                f"Airflow metadata DB: {d.get('metadata')}; env `{d.get('env')}`"
+            )
+    lines += [
         "",
         "Method: every workload runs as real DAGs in each environment; each task times its own "
         "store calls with `time.perf_counter` and writes them to a JSON file the driver collects "
-        f"(cleanup is timed around the CLI process). Each timing is run {runs} times or more; the "
-        "tables show the **median over runs** of each run's p50 / p95 (or wall time). The ratio "
-        f"is Airflow ÷ taskstate against `{baseline}`: above 1× means taskstate is faster.",
+        "(cleanup is timed around the CLI process). The sides alternate within each repetition "
+        "(A, B, …, then the next repetition in reverse order), so load on the shared machine "
+        "falls on all of them alike. Tables show the median over repetitions of each "
+        "repetition's p50 (or wall time), and every repetition's own figure. Ratios are "
+        "Airflow ÷ this side against A (Airflow's metadata DB on SQLite) and A-pg (on "
+        "PostgreSQL): above 1× means the row is faster. Compare like with like: a SQLite row "
+        "against A (both commit with synchronous=FULL only in the B-…-full rows), a PostgreSQL "
+        "row against A-pg.",
         "",
     ]
     for section in sections:
-        lines += render_section(section, baseline)
+        lines += render_section(ctx, section, baseline)
     return "\n".join(lines)

@@ -13,6 +13,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -125,38 +126,44 @@ def mapped(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, s
 EXPIRED_AIRFLOW = "2020-01-01 00:00:00.000000"  # Airflow's UtcDateTime text form in SQLite
 
 
-def _seed_airflow(db: Path, rows: int) -> None:
-    with sqlite3.connect(db) as conn:
-        dag_run_id, dag_id, run_id = conn.execute(
-            "SELECT id, dag_id, run_id FROM dag_run ORDER BY id LIMIT 1"
-        ).fetchone()
+def _airflow_rows(run: tuple[object, ...], rows: int) -> Iterator[tuple[object, ...]]:
+    dag_run_id, dag_id, run_id = run
+    for i in range(rows):
+        yield (dag_run_id, f"seeded_{i // 1000}", -1, f"k{i}", dag_id, run_id, '{"i": 1}',
+               EXPIRED_AIRFLOW, EXPIRED_AIRFLOW)  # fmt: skip
+
+
+AIRFLOW_COLUMNS = (
+    "dag_run_id, task_id, map_index, key, dag_id, run_id, value, updated_at, expires_at"
+)
+
+
+def _seed_airflow(home: AirflowHome, rows: int) -> None:
+    """Expired rows straight into Airflow 3.3's own table, in its metadata DB."""
+    (run,) = home.query("SELECT id, dag_id, run_id FROM dag_run ORDER BY id LIMIT 1")
+    if home.metadata_url:
+        import psycopg
+
+        copy = f"COPY task_state_store ({AIRFLOW_COLUMNS}) FROM STDIN"
+        with (
+            psycopg.connect(home.metadata_url.replace("+psycopg2", "")) as conn,
+            conn.cursor().copy(copy) as pipe,
+        ):
+            for row in _airflow_rows(run, rows):
+                pipe.write_row(row)
+        return
+    with sqlite3.connect(home.db) as conn:
         conn.executemany(
-            "INSERT INTO task_state_store (dag_run_id, task_id, map_index, key, dag_id, run_id,"
-            " value, updated_at, expires_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                (
-                    dag_run_id,
-                    f"seeded_{i // 1000}",
-                    -1,
-                    f"k{i}",
-                    dag_id,
-                    run_id,
-                    '{"i": 1}',
-                    EXPIRED_AIRFLOW,
-                    EXPIRED_AIRFLOW,
-                )
-                for i in range(rows)
-            ),
+            f"INSERT INTO task_state_store ({AIRFLOW_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            _airflow_rows(run, rows),
         )
 
 
-def _count_airflow(db: Path) -> int:
-    with sqlite3.connect(db) as conn:
-        return int(
-            conn.execute(
-                "SELECT count(*) FROM task_state_store WHERE expires_at < '2021-01-01'"
-            ).fetchone()[0]
-        )
+def _count_airflow(home: AirflowHome) -> int:
+    ((count,),) = home.query(
+        "SELECT count(*) FROM task_state_store WHERE expires_at < '2021-01-01'"
+    )
+    return int(str(count))
 
 
 def _seed_taskstate(db: Path, rows: int) -> None:
@@ -237,11 +244,12 @@ def cleanup(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, 
             seed, count, db = _seed_taskstate, _count_taskstate, home.taskstate_db
             stores["cleanup"] = "taskstate clean (embedded SQLite)"
     else:
-        dags_test(home, "versus_task_ops", 1, work / "cleanup-dagrun")  # a dag_run to hang rows on
-        seed, count, db = _seed_airflow, _count_airflow, home.db
+        if not home.query("SELECT id FROM dag_run LIMIT 1"):  # a dag_run to hang rows on
+            dags_test(home, "versus_task_ops", 1, work / "cleanup-dagrun")
+        seed, count, db = _seed_airflow, _count_airflow, home
         command = home.command("state-store", "clean")
         inner = _airflow_seconds
-        stores["cleanup"] = "airflow state-store clean (metastore, SQLite)"
+        stores["cleanup"] = f"airflow state-store clean (metadata DB: {home.side.metadata_label})"
     full, deletion, empty = [], [], []
     for _ in range(runs):
         seed(db, n)

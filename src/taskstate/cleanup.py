@@ -2,15 +2,17 @@
 
 Each batch is its own short transaction, so writers wait at most one batch for the lock;
 `state_cleanup_batch_size = 0` is a single statement (still bounded: one bound parameter).
+`StateStore.cleanup` runs this and then sweeps offloaded objects.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from taskstate.store import StateStore
+from taskstate.backends.base import StateBackend
 
 
 @dataclass(frozen=True)
@@ -21,33 +23,36 @@ class CleanupResult:
     longest_batch_s: float
     seconds: float
     dry_run: bool
+    offloaded_orphans: int = 0  # objects no row references, removed (or, dry run, found)
+
+    def with_orphans(self, count: int) -> CleanupResult:
+        return dataclasses.replace(self, offloaded_orphans=count)
 
 
-def clean(
-    store: StateStore,
+def delete_expired(
+    backend: StateBackend,
+    now: float,
     *,
-    batch_size: int | None = None,
+    batch_size: int,
     dry_run: bool = False,
     on_batch: Callable[[int], None] | None = None,
 ) -> CleanupResult:
-    """Delete every task row that expired at or before now. `on_batch(n)` reports progress."""
-    size = store.settings.state_cleanup_batch_size if batch_size is None else batch_size
-    if size < 0:
-        raise ValueError(f"batch size must be >= 0 (0 = one statement), got {size}")
-    backend = store.backend
-    now = store.clock()
+    """Delete every task row that expired at or before `now`. `on_batch(n)` reports progress."""
+    if batch_size < 0:
+        raise ValueError(f"batch size must be >= 0 (0 = one statement), got {batch_size}")
     started = time.perf_counter()
     expired = backend.count_expired(now)
     deleted = batches = 0
     longest = 0.0
     while not dry_run:
         t0 = time.perf_counter()
-        n = backend.delete_expired(now, size)
+        n = backend.delete_expired(now, batch_size)
         longest = max(longest, time.perf_counter() - t0)
         batches += 1
         deleted += n
         if on_batch is not None:
             on_batch(n)
-        if n == 0 or size == 0 or n < size:
+        if n == 0 or batch_size == 0 or n < batch_size:
             break
-    return CleanupResult(expired, deleted, batches, longest, time.perf_counter() - started, dry_run)
+    seconds = time.perf_counter() - started
+    return CleanupResult(expired, deleted, batches, longest, seconds, dry_run)

@@ -14,12 +14,10 @@ from typing import Any, TextIO, TypeVar
 import click
 
 from taskstate import transfer
-from taskstate.backends.offload import sweep_orphans
-from taskstate.cleanup import clean as run_cleanup
 from taskstate.errors import TaskStateError
-from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
+from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, task_prefix
 from taskstate.settings import Settings
-from taskstate.store import AssetStateStore, StateStore, TaskStateStore
+from taskstate.store import AssetStateStore, StateStore, StoredEntry, TaskStateStore
 from taskstate.values import NEVER_EXPIRE
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,6 +48,8 @@ class _Group(click.Group):
             return super().invoke(ctx)
         except TaskStateError as exc:
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:  # a path that cannot be a database, a file that cannot be read
+            raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}") from None
 
 
 def _importable(target: str) -> bool:
@@ -116,6 +116,20 @@ def _parse_json_value(raw: str) -> Any:
         raise click.BadParameter(
             f"{raw!r} is not JSON; quote text as '\"{raw}\"' or pass --text", param_hint="VALUE"
         ) from None
+
+
+class _Days(click.FloatRange):
+    """Days of retention: a finite number from 0 to ten thousand years (NaN compares false
+    with every bound, so FloatRange alone would let it through)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        days = super().convert(value, param, ctx)
+        if days != days:
+            self.fail(f"{value!r} is not a number of days", param, ctx)
+        return days
+
+
+_RETENTION_DAYS = _Days(min=0, max=3_650_000)
 
 
 # -- scopes ---------------------------------------------------------------------------------
@@ -195,38 +209,38 @@ def task_list(
     dag_id: str, run_id: str | None, task_id: str | None, map_index: int | None, as_json: bool
 ) -> None:
     """List keys under a DAG, run, task or one map index (expired keys are not shown)."""
-    store = _store()
     if map_index is not None:
         if run_id is None or task_id is None:
             raise click.UsageError("--map-index needs --run-id and --task-id")
         prefix = TaskScope(dag_id, run_id, task_id, map_index).namespace
     else:
         prefix = task_prefix(dag_id, run_id, task_id)
-    now = store.clock()
-    rows = []
-    for row in store.backend.scan(prefix):
-        scope = parse_namespace(row.namespace)
-        if not isinstance(scope, TaskScope) or (map_index is not None and row.namespace != prefix):
-            continue
-        if row.expires_at is not None and row.expires_at <= now:
-            continue
-        rows.append(
-            {
-                "dag_id": scope.dag_id,
-                "run_id": scope.run_id,
-                "task_id": scope.task_id,
-                "map_index": scope.map_index,
-                "key": row.key,
-                "value": store.load_value(row.value),
-                "expires_at": _when(row.expires_at),
-                "updated_at": _when(row.updated_at),
-            }
-        )
+    rows = [
+        {
+            "dag_id": scope.dag_id,
+            "run_id": scope.run_id,
+            "task_id": scope.task_id,
+            "map_index": scope.map_index,
+            **_entry_row(entry),
+        }
+        for scope, entry in _store().entries(prefix)
+        if isinstance(scope, TaskScope) and (map_index is None or scope.namespace == prefix)
+    ]
     _show_rows(
         rows,
         as_json,
         ["run_id", "task_id", "map_index", "key", "value", "expires_at", "updated_at"],
     )
+
+
+def _entry_row(entry: StoredEntry) -> dict[str, Any]:
+    return {
+        "key": entry.key,
+        "value": entry.value,
+        "expires_at": _when(entry.expires_at),
+        "updated_at": _when(entry.updated_at),
+        "updated_by": entry.updated_by,
+    }
 
 
 @task.command("get")
@@ -247,7 +261,7 @@ def task_get(
 @click.option("--text", is_flag=True, help="Store VALUE as a string instead of parsing JSON.")
 @click.option(
     "--retention-days",
-    type=click.FloatRange(min=0),
+    type=_RETENTION_DAYS,
     default=None,
     help="Default: [state_store] default_retention_days.",
 )
@@ -290,22 +304,12 @@ def task_clear(
     dag_id: str, run_id: str, task_id: str, map_index: int | None, all_map_indices: bool
 ) -> None:
     """Delete every key of a task instance (or, with --all-map-indices, of every index)."""
-    if all_map_indices:
-        if map_index is not None:
-            raise click.UsageError("--all-map-indices and --map-index exclude each other")
-        store = _store()
-        prefix = task_prefix(dag_id, run_id, task_id)
-        worker = store.worker_backend
-        # Offloaded objects live under their namespace, so name each one before the rows go.
-        namespaces = {row.namespace for row in store.backend.scan(prefix)} if worker else set()
-        n = store.backend.clear_prefix(prefix)
-        if worker is not None:
-            worker.clear_prefix(prefix)
-            for namespace in namespaces:
-                worker.clear(namespace)
-        click.echo(f"deleted {n} keys across all map indices of {dag_id}.{task_id} in {run_id}")
-        return
-    _task(dag_id, run_id, task_id, map_index).clear()
+    if all_map_indices and map_index is not None:
+        raise click.UsageError("--all-map-indices and --map-index exclude each other")
+    index = None if all_map_indices else (-1 if map_index is None else map_index)
+    n = _store().clear_task(dag_id, run_id, task_id, map_index=index)
+    where = "all map indices of " if all_map_indices else ""
+    click.echo(f"deleted {n} keys of {where}{dag_id}.{task_id} in {run_id}")
 
 
 @main.group()
@@ -318,21 +322,13 @@ def asset() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def asset_list(name: str | None, uri: str | None, as_json: bool) -> None:
     """List the keys of one asset, or of every asset when none is named."""
-    store = _store()
-    if name is None and uri is None:
-        rows = [
-            {
-                "asset": parse_namespace(r.namespace).identity,  # type: ignore[union-attr]
-                "key": r.key,
-                "value": store.load_value(r.value),
-                "updated_at": _when(r.updated_at),
-            }
-            for r in store.backend.scan(ASSET_PREFIX)
-        ]
-    else:
-        acc = _asset(name, uri)
-        rows = [{"asset": acc.scope.identity, "key": k, "value": v} for k, v in acc.items()]
-    _show_rows(rows, as_json, ["asset", "key", "value"])
+    prefix = ASSET_PREFIX if name is None and uri is None else _asset(name, uri).scope.namespace
+    rows = [
+        {"asset": scope.identity, **_entry_row(entry)}
+        for scope, entry in _store().entries(prefix)
+        if isinstance(scope, AssetScope) and (prefix == ASSET_PREFIX or scope.namespace == prefix)
+    ]
+    _show_rows(rows, as_json, ["asset", "key", "value", "updated_at"])
 
 
 @asset.command("get")
@@ -396,19 +392,15 @@ def clean(dry_run: bool, batch_size: int | None, as_json: bool, airflow_offload:
         return
     from rich.progress import Progress
 
-    store = _store()
     with Progress(transient=True, disable=as_json or dry_run) as progress:
         bar = progress.add_task("deleting expired task state", total=None)
-        result = run_cleanup(
-            store,
+        result = _store().cleanup(
             batch_size=batch_size,
             dry_run=dry_run,
             on_batch=lambda n: progress.update(bar, advance=n),
         )
-    # Offloaded objects whose rows are gone (expired just now, or cleared by prefix).
-    orphans = sweep_orphans(store, dry_run=dry_run)
     if as_json:
-        _print_json({**result.__dict__, "offloaded_orphans": orphans})
+        _print_json(result.__dict__)
     elif dry_run:
         click.echo(f"would delete {result.expired} expired task keys (dry run)")
     else:
@@ -416,9 +408,9 @@ def clean(dry_run: bool, batch_size: int | None, as_json: bool, airflow_offload:
             f"deleted {result.deleted} expired task keys in {result.batches} batch(es), "
             f"{result.seconds:.2f}s; longest batch {result.longest_batch_s * 1000:.1f} ms"
         )
-    if orphans and not as_json:
+    if result.offloaded_orphans and not as_json:
         verb = "would remove" if dry_run else "removed"
-        click.echo(f"{verb} {orphans} orphaned offloaded objects")
+        click.echo(f"{verb} {result.offloaded_orphans} orphaned offloaded objects")
 
 
 @main.command("export")
@@ -435,10 +427,18 @@ def export_cmd(output: TextIO, dag_id: str | None) -> None:
 
 @main.command("import")
 @click.argument("source", type=click.File("r", encoding="utf-8"), default="-")
-def import_cmd(source: TextIO) -> None:
-    """Read JSON lines from `taskstate export`; all lines are checked before anything is written."""
-    result = transfer.import_lines(_store(), source)
-    click.echo(f"imported {result.written} keys; skipped {result.skipped_expired} already expired")
+@click.option(
+    "--keep-existing",
+    is_flag=True,
+    help="Keep keys that already exist (default: the file's value replaces them).",
+)
+def import_cmd(source: TextIO, keep_existing: bool) -> None:
+    """Read JSON lines from `taskstate export`: all lines are written, or none."""
+    result = transfer.import_lines(_store(), source, replace=not keep_existing)
+    click.echo(
+        f"imported {result.written} keys; skipped {result.skipped_expired} already expired"
+        + (f"; kept {result.kept_existing} existing" if keep_existing else "")
+    )
 
 
 @main.group()
@@ -450,7 +450,7 @@ def db() -> None:
 def db_migrate() -> None:
     """Create or upgrade the backend's tables."""
     store = _store()
-    applied = store.backend.migrate()
+    applied = store.migrate()
     status = store.backend.schema_status()
     click.echo(
         f"{store.backend.describe()}: "

@@ -50,12 +50,28 @@ class AmbiguousAssetError(TaskStateError, ValueError):
     """The task has several assets and called a method without saying which."""
 
 
+class KeyNotFoundError(TaskStateError, KeyError):
+    """An operation that needs the key to exist (the API's PATCH) found it absent or expired."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class PreconditionFailedError(TaskStateError, ValueError):
+    """A conditional write's precondition (etag match, create-only) did not hold; nothing was
+    written. Read the key again and retry."""
+
+
 class BackendError(TaskStateError, RuntimeError):
     """The storage backend failed; nothing was written."""
 
 
 class BackendUnavailableError(BackendError, ConnectionError):
     """The storage server could not be reached after bounded retries."""
+
+
+class OffloadedValueMissingError(BackendError):
+    """A row names an offloaded object that is not in object storage."""
 
 
 class SchemaMissingError(BackendError):

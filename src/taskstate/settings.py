@@ -8,7 +8,11 @@ own config object when Airflow is already imported (inside a task), else `airflo
 from __future__ import annotations
 
 import configparser
+import importlib
+import json
 import os
+import shlex
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
@@ -96,9 +100,7 @@ class Settings:
         values: dict[str, Any] = {}
         for field in fields(cls):
             section, option, parse = _OPTIONS[field.name]
-            raw = env.get(f"AIRFLOW__{section.upper()}__{option.upper()}")
-            if raw is None:
-                raw = lookup(section, option)
+            raw = _raw(env, lookup, section, option)
             if raw is not None:
                 values[field.name] = parse(raw)
         return cls(**values)
@@ -177,10 +179,60 @@ def airflow_option(
 ) -> str | None:
     """Any Airflow option, read the way `Settings.load` reads ours (for `taskstate doctor`)."""
     env = os.environ if environ is None else environ
-    raw = env.get(f"AIRFLOW__{section.upper()}__{option.upper()}")
-    if raw is not None:
+    return _raw(env, _airflow_lookup() or _file_lookup(env), section, option)
+
+
+def _raw(env: Mapping[str, str], lookup: Lookup, section: str, option: str) -> str | None:
+    """Airflow's order: the variable, its `_CMD`, its `_SECRET`, then the file's option,
+    `option_cmd`, `option_secret` — for every option, so the CLI on any machine resolves the
+    same store as the workers."""
+    name = f"AIRFLOW__{section.upper()}__{option.upper()}"
+    for source, raw in (
+        (name, env.get(name)),
+        (name + "_CMD", env.get(name + "_CMD")),
+        (name + "_SECRET", env.get(name + "_SECRET")),
+        (f"[{section}] {option}", lookup(section, option)),
+        (f"[{section}] {option}_cmd", lookup(section, option + "_cmd")),
+        (f"[{section}] {option}_secret", lookup(section, option + "_secret")),
+    ):
+        if raw is None:
+            continue
+        if source.lower().endswith("_cmd"):
+            return _run_command(source, raw)
+        if source.lower().endswith("_secret"):
+            return _secret(source, raw, env, lookup)
         return raw
-    return (_airflow_lookup() or _file_lookup(env))(section, option)
+    return None
+
+
+def _run_command(source: str, command: str) -> str:
+    """As Airflow runs `_cmd` options: no shell, stdout is the value."""
+    try:
+        proc = subprocess.run(shlex.split(command), capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise ConfigError(f"{source} = {command!r} cannot run: {exc}") from None
+    if proc.returncode != 0:
+        raise ConfigError(
+            f"{source} = {command!r} exited with {proc.returncode}: {proc.stderr.strip()}"
+        )
+    return proc.stdout.rstrip("\n")
+
+
+def _secret(source: str, path: str, env: Mapping[str, str], lookup: Lookup) -> str:
+    """As Airflow reads `_secret` options: from `[secrets] backend`, built with backend_kwargs."""
+    backend_path = _raw(env, lookup, "secrets", "backend")
+    if not backend_path:
+        raise ConfigError(f"{source} = {path!r} needs [secrets] backend to be set")
+    module_name, _, attr = backend_path.rpartition(".")
+    try:
+        kwargs = json.loads(_raw(env, lookup, "secrets", "backend_kwargs") or "{}")
+        backend = getattr(importlib.import_module(module_name), attr)(**kwargs)
+        value = backend.get_config(path)
+    except Exception as exc:  # any failure of a third-party backend is a config problem here
+        raise ConfigError(f"{source} = {path!r}: [secrets] backend failed: {exc}") from None
+    if value is None:
+        raise ConfigError(f"{source} = {path!r}: [secrets] backend has no such secret")
+    return str(value)
 
 
 def airflow_home(environ: Mapping[str, str] | None = None) -> Path | None:

@@ -1,46 +1,66 @@
-"""`StateStore` (backend + settings + clock) and the two accessors a task uses.
-
-The accessors hold everything a call needs (namespace, backend, limits) so get/set do no
-lookups beyond validating the input and one backend call.
+"""`StateStore`: backend + settings + clock, and every operation on stored state. The CLI, the
+HTTP API, the UI, transfer and the Airflow code are its clients and never reach a backend
+themselves. The accessors a task uses live in `taskstate.accessors`; what a stored row means
+(reference format, expiry rule, writer, etag) in `taskstate.stored`.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Callable
-from datetime import timedelta
+from collections.abc import Callable, Iterable, Iterator
+from itertools import groupby
 from typing import Any
 
+from taskstate.accessors import AssetStateStore, MetaState, TaskStateStore, _Accessor
 from taskstate.backends import load_worker_backend, open_backend
-from taskstate.backends.base import Entry, StateBackend, WorkerStateBackend
-from taskstate.scope import AssetScope, TaskScope
+from taskstate.backends.base import Row, SchemaStatus, StateBackend, WorkerStateBackend
+from taskstate.cleanup import CleanupResult, delete_expired
+from taskstate.errors import BackendError, OffloadedValueMissingError
+from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
 from taskstate.settings import Settings
-from taskstate.values import (
-    JsonValue,
-    check_key,
-    check_size,
-    decode_value,
-    encode_value,
-    expires_at,
+from taskstate.stored import (
+    DEFAULT_EXPIRY,
+    GONE,
+    KEEP_EXPIRY,
+    REF_PREFIX,
+    Page,
+    StoredEntry,
+    Writer,
+    etag_of,
+    is_live,
+    stored_ref,
+    task_writer,
 )
+from taskstate.values import decode_value
 
-# How an offloaded value's reference is kept in the database.
-REF_MARKER = "__taskstate_ref__"
-
-
-def stored_ref(text: str) -> str | None:
-    """The offload reference a stored value holds, or None for an inline value."""
-    if REF_MARKER not in text:
-        return None
-    value = decode_value(text)
-    ref = value.get(REF_MARKER) if type(value) is dict and len(value) == 1 else None
-    return ref if isinstance(ref, str) else None
+__all__ = [
+    "DEFAULT_EXPIRY",
+    "KEEP_EXPIRY",
+    "REF_PREFIX",
+    "AssetStateStore",
+    "MetaState",
+    "Page",
+    "StateStore",
+    "StoredEntry",
+    "TaskStateStore",
+    "Writer",
+    "etag_of",
+    "stored_ref",
+    "task_writer",
+]
 
 
 class StateStore:
-    """Entry point: `StateStore()` uses the configured backend; `StateStore(url)` opens one."""
+    """Entry point: `StateStore()` uses the configured backend; `StateStore(url)` opens one.
+
+    >>> import tempfile
+    >>> store = StateStore(f"sqlite:///{tempfile.mkdtemp()}/state.db")
+    >>> state = store.task_state(TaskScope("etl", "run_1", "load"))
+    >>> state.set("cursor", 7)
+    >>> state.get("cursor"), state.get("absent", "default")
+    (7, 'default')
+    """
 
     def __init__(
         self,
@@ -58,18 +78,166 @@ class StateStore:
         )
         self.clock = clock
 
-    def task_state(self, scope: TaskScope) -> TaskStateStore:
-        return TaskStateStore(self, scope)
+    def task_state(self, scope: TaskScope, *, writer: Writer | None = None) -> TaskStateStore:
+        """The state of one task instance. Writes record `writer` (default: the task itself)."""
+        return TaskStateStore(self, scope, writer)
 
-    def asset_state(self, scope: AssetScope) -> AssetStateStore:
-        return AssetStateStore(self, scope)
+    def asset_state(self, scope: AssetScope, *, writer: Writer | None = None) -> AssetStateStore:
+        """The state of one asset. Writes record `writer` (default: unknown)."""
+        return AssetStateStore(self, scope, writer)
+
+    def meta(self, scope: TaskScope) -> MetaState:
+        """taskstate's own markers for a task instance (re-run and re-expansion detection)."""
+        return MetaState(self, scope)
+
+    # -- reading ------------------------------------------------------------------------------
 
     def load_value(self, text: str) -> Any:
-        """Decode stored JSON text, following an offload reference when one is configured."""
-        ref = None if self.worker_backend is None else stored_ref(text)
-        if ref is not None and self.worker_backend is not None:
-            return decode_value(self.worker_backend.deserialize_from_ref(ref))
-        return decode_value(text)
+        """Decode stored text, following an offload reference."""
+        ref = stored_ref(text)
+        if ref is None:
+            return decode_value(text)
+        if self.worker_backend is None:
+            raise BackendError(
+                "this value was offloaded to object storage, but no [workers] "
+                "state_store_backend is configured here; configure the same offloading as the "
+                "writers"
+            )
+        return decode_value(self.worker_backend.deserialize_from_ref(ref))
+
+    def live_rows(self, prefix: str = "") -> Iterator[Row]:
+        """Every live row of user state under a namespace prefix, in (namespace, key) order."""
+        now = self.clock()
+        for row in self.backend.scan(prefix):
+            if is_live(row.expires_at, now) and not row.namespace.startswith(META_PREFIX):
+                yield row
+
+    def _read(self, namespace: str, key: str, text: str) -> Any:
+        """Decode a row's value. Its offloaded object may vanish between reading the row and
+        reading the object when a concurrent delete or set supersedes the row: then read the row
+        again (GONE once it no longer exists). A row that still names a missing object is an
+        error."""
+        while True:
+            try:
+                return self.load_value(text)
+            except OffloadedValueMissingError:
+                entry = self.backend.get(namespace, key)
+                if entry is None or not is_live(entry.expires_at, self.clock()):
+                    return GONE
+                if entry.value == text:
+                    raise
+                text = entry.value
+
+    def entry_of(self, row: Row) -> StoredEntry | None:
+        """A row as the API shows it; None if it was deleted while being read."""
+        value = self._read(row.namespace, row.key, row.value)
+        if value is GONE:
+            return None
+        updated_by = None if row.updated_by is None else json.loads(row.updated_by)
+        return StoredEntry(
+            row.key, value, row.updated_at, row.expires_at, updated_by, etag_of(row.value)
+        )
+
+    def entries(self, prefix: str = "") -> Iterator[tuple[TaskScope | AssetScope, StoredEntry]]:
+        """Every live key under a namespace prefix with its scope, decoded, in order."""
+        for row in self.live_rows(prefix):
+            if (entry := self.entry_of(row)) is not None:
+                yield parse_namespace(row.namespace), entry
+
+    def scopes(self, prefix: str = "") -> Iterator[tuple[TaskScope | AssetScope, int]]:
+        """Each scope under `prefix` that holds live state, with its number of keys."""
+        for namespace, rows in groupby(self.live_rows(prefix), key=lambda row: row.namespace):
+            yield parse_namespace(namespace), sum(1 for _ in rows)
+
+    # -- maintenance --------------------------------------------------------------------------
+
+    def clear_task(
+        self, dag_id: str, run_id: str, task_id: str, *, map_index: int | None = None
+    ) -> int:
+        """Delete a task instance's state (`map_index=None`: every map index): its rows, their
+        offloaded objects and taskstate's markers. Returns how many keys went."""
+        if map_index is None:
+            prefix = task_prefix(dag_id, run_id, task_id)
+            refs = self._refs(prefix)
+            count = self.backend.clear_prefix(prefix)
+            self.backend.clear_prefix(TaskScope(dag_id, run_id, task_id).meta_namespace[:-2])
+        else:
+            scope = TaskScope(dag_id, run_id, task_id, map_index)
+            refs = self._refs(scope.namespace, exact=True)
+            count = self.backend.clear(scope.namespace)
+            self.backend.clear(scope.meta_namespace)
+        self._discard(refs)
+        return count
+
+    def restore(
+        self,
+        scope: TaskScope | AssetScope,
+        key: str,
+        value: object,
+        expires: float | None,
+        *,
+        writer: Writer | None = None,
+    ) -> None:
+        """Write with an absolute expiry (import, migration); the same rules as `set`.
+        Asset state never expires, whatever `expires` says."""
+        accessor = self._accessor(scope, writer)
+        accessor.write(key, value, expires_at=expires)
+
+    def import_entries(
+        self,
+        entries: Iterable[tuple[TaskScope | AssetScope, str, object, float | None]],
+        *,
+        replace: bool = True,
+    ) -> int:
+        """Write many keys all or nothing: every value is checked and offloaded first, then one
+        backend transaction writes them all. `replace=False` keeps keys that already exist.
+        Returns how many rows were written."""
+        now = self.clock()
+        rows: list[Row] = []
+        uploaded: list[str] = []
+        try:
+            for scope, key, value, expires in entries:
+                accessor = self._accessor(scope, None)
+                text = accessor._offload(key, accessor._encode(key, value), uploaded)
+                expiry = expires if isinstance(scope, TaskScope) else None
+                rows.append(Row(scope.namespace, key, text, expiry, now, accessor._writer))
+            return self.backend.set_many(rows, replace=replace)
+        except BaseException:
+            self._discard(uploaded)
+            raise
+
+    def cleanup(
+        self,
+        *,
+        batch_size: int | None = None,
+        dry_run: bool = False,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> CleanupResult:
+        """Delete expired task state in bounded batches, then sweep offloaded objects no row
+        references any more (past the worker backend's grace period)."""
+        size = self.settings.state_cleanup_batch_size if batch_size is None else batch_size
+        result = delete_expired(
+            self.backend, self.clock(), batch_size=size, dry_run=dry_run, on_batch=on_batch
+        )
+        worker = self.worker_backend
+        if worker is None:
+            return result
+        # An expired row reads as absent, so its object is an orphan even before (dry run)
+        # or after (a key expiring meanwhile) the row itself goes.
+        now = self.clock()
+        live = {
+            ref
+            for row in self.backend.scan()
+            if is_live(row.expires_at, now) and (ref := stored_ref(row.value)) is not None
+        }
+        return result.with_orphans(worker.sweep(live, dry_run=dry_run))
+
+    def schema_status(self) -> SchemaStatus:
+        return self.backend.schema_status()
+
+    def migrate(self) -> list[int]:
+        """Bring the backend's schema up to date; returns the versions applied."""
+        return self.backend.migrate()
 
     def close(self) -> None:
         self.backend.close()
@@ -83,201 +251,25 @@ class StateStore:
     def __repr__(self) -> str:
         return f"StateStore({self.backend.describe()!r})"
 
+    # -- offloaded objects --------------------------------------------------------------------
 
-class _Accessor:
-    """What task and asset state share; subclasses differ only in expiry."""
-
-    def __init__(self, store: StateStore, scope: TaskScope | AssetScope) -> None:
-        self.scope = scope
-        self._ns = scope.namespace
-        self._backend = store.backend
-        self._worker = store.worker_backend
-        self._clock = store.clock
-        self._limit = store.settings.max_value_storage_bytes
-        self._default_days = store.settings.default_retention_days
-        self._load = store.load_value
-
-    # -- reading --------------------------------------------------------------------------
-
-    def get(self, key: str, default: Any = None) -> Any:
-        check_key(key)
-        entry = self._backend.get(self._ns, key)
-        if entry is None or (entry.expires_at is not None and entry.expires_at <= self._clock()):
-            return default
-        return self._load(entry.value)
-
-    def keys(self) -> list[str]:
-        return [key for key, _ in self._live_rows()]
-
-    def items(self) -> list[tuple[str, Any]]:
-        return [(key, self._load(text)) for key, text in self._live_rows()]
-
-    def _live_rows(self) -> list[tuple[str, str]]:
-        now = self._clock()
+    def _refs(self, prefix: str, *, exact: bool = False) -> list[str]:
+        """References held by the rows under `prefix`, read before those rows are deleted."""
+        if self.worker_backend is None:
+            return []
         return [
-            (row.key, row.value)
-            for row in self._backend.scan(self._ns)
-            if row.namespace == self._ns and (row.expires_at is None or row.expires_at > now)
+            ref
+            for row in self.backend.scan(prefix)
+            if (not exact or row.namespace == prefix) and (ref := stored_ref(row.value))
         ]
 
-    # -- writing --------------------------------------------------------------------------
+    def _discard(self, refs: list[str]) -> None:
+        """Remove objects that no committed row references (references are unique per write,
+        so a deleted or superseded row's object is nobody else's)."""
+        if refs and self.worker_backend is not None:
+            self.worker_backend.discard(refs)
 
-    def _stored_text(self, key: str, value: object) -> str:
-        """Validate, offload if configured, and size-check: everything before any I/O."""
-        check_key(key)
-        text = encode_value(value)
-        worker = self._worker
-        if worker is not None and (
-            worker.threshold is None or len(text.encode("utf-8")) > worker.threshold
-        ):
-            ref = worker.serialize_to_ref(self._ns, key, text)
-            text = json.dumps({REF_MARKER: ref}, ensure_ascii=False, separators=(",", ":"))
-        check_size(text, self._limit, key, offload_configured=worker is not None)
-        return text
-
-    def _write(self, key: str, value: object, retention: object) -> None:
-        text = self._stored_text(key, value)
-        now = self._clock()
-        self._backend.set(self._ns, key, text, self._expiry(retention, now), now)
-        if self._worker is not None and (ref := stored_ref(text)) is not None:
-            self._worker.committed(self._ns, key, ref)
-
-    def _expiry(self, retention: object, now: float) -> float | None:
-        return expires_at(retention, self._default_days, now)
-
-    def _restore(self, key: str, value: object, expires: float | None) -> None:
-        """Write with an absolute expiry (import/restore); same validation as `set`."""
-        text = self._stored_text(key, value)
-        self._backend.set(self._ns, key, text, self._expiry_of(expires), self._clock())
-
-    def _expiry_of(self, expires: float | None) -> float | None:
-        return expires
-
-    def delete(self, key: str) -> None:
-        """Remove `key`; a no-op when it is absent."""
-        check_key(key)
-        self._backend.delete(self._ns, key)
-        if self._worker is not None:
-            self._worker.delete(self._ns, key)
-
-    def clear(self) -> None:
-        """Remove every key of this scope (a mapped task: this map index only)."""
-        self._backend.clear(self._ns)
-        if self._worker is not None:
-            self._worker.clear(self._ns)
-
-    def _update(self, key: str, fn: Callable[[Any], Any], default: Any, retention: object) -> Any:
-        check_key(key)
-
-        def step(entry: Entry | None) -> tuple[Entry | None, Any]:
-            now = self._clock()
-            live = entry is not None and (entry.expires_at is None or entry.expires_at > now)
-            current = self._load(entry.value) if live and entry is not None else default
-            new = fn(current)
-            return Entry(self._stored_text(key, new), self._expiry(retention, now)), new
-
-        return self._backend.transact(self._ns, key, step, self._clock())
-
-    def _compare_and_set(self, key: str, expected: Any, new: Any, retention: object) -> bool:
-        text = self._stored_text(key, new)
-        want = None if expected is None else _canonical(expected)
-
-        def step(entry: Entry | None) -> tuple[Entry | None, bool]:
-            now = self._clock()
-            live = entry is not None and (entry.expires_at is None or entry.expires_at > now)
-            have = _canonical(self._load(entry.value)) if live and entry is not None else None
-            if have != want:
-                return None, False
-            return Entry(text, self._expiry(retention, now)), True
-
-        return self._backend.transact(self._ns, key, step, self._clock())
-
-    # -- async twins ----------------------------------------------------------------------
-
-    async def aget(self, key: str, default: Any = None) -> Any:
-        return await asyncio.to_thread(self.get, key, default)
-
-    async def adelete(self, key: str) -> None:
-        await asyncio.to_thread(self.delete, key)
-
-    async def aclear(self) -> None:
-        await asyncio.to_thread(self.clear)
-
-    def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.scope!r}>"
-
-
-def _canonical(value: Any) -> str:
-    """Equality that JSON sees: key order ignored, `True` != `1`, `1.0` != `1`."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-class TaskStateStore(_Accessor):
-    """Key/value state of one task instance, shared by all of its tries.
-
-    `retention`: None → `[state_store] default_retention_days` (0 = never), a `timedelta`,
-    or `NEVER_EXPIRE`. An expired key reads as absent.
-    """
-
-    scope: TaskScope
-
-    def set(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
-        self._write(key, value, retention)
-
-    def update(
-        self,
-        key: str,
-        fn: Callable[[Any], JsonValue],
-        *,
-        default: Any = None,
-        retention: timedelta | None = None,
-    ) -> Any:
-        """Atomically replace the value with `fn(current or default)`; returns the new value.
-
-        Concurrent updaters of the same key (other threads, processes, machines) never lose
-        an update. `fn` may run more than once, so keep it free of side effects.
-        """
-        return self._update(key, fn, default, retention)
-
-    def compare_and_set(
-        self,
-        key: str,
-        expected: JsonValue | None,
-        new: JsonValue,
-        *,
-        retention: timedelta | None = None,
-    ) -> bool:
-        """Write `new` only if the current value equals `expected` (None = key absent)."""
-        return self._compare_and_set(key, expected, new, retention)
-
-    async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
-        await asyncio.to_thread(self._write, key, value, retention)
-
-
-class AssetStateStore(_Accessor):
-    """Key/value state of one asset, shared by every task and DAG run that declares it.
-
-    Asset state never expires.
-    """
-
-    scope: AssetScope
-
-    def _expiry(self, retention: object, now: float) -> float | None:
-        return None
-
-    def _expiry_of(self, expires: float | None) -> float | None:
-        return None
-
-    def set(self, key: str, value: JsonValue) -> None:
-        self._write(key, value, None)
-
-    def update(self, key: str, fn: Callable[[Any], JsonValue], *, default: Any = None) -> Any:
-        """Atomically replace the value with `fn(current or default)`; see TaskStateStore."""
-        return self._update(key, fn, default, None)
-
-    def compare_and_set(self, key: str, expected: JsonValue | None, new: JsonValue) -> bool:
-        """Write `new` only if the current value equals `expected` (None = key absent)."""
-        return self._compare_and_set(key, expected, new, None)
-
-    async def aset(self, key: str, value: JsonValue) -> None:
-        await asyncio.to_thread(self._write, key, value, None)
+    def _accessor(self, scope: TaskScope | AssetScope, writer: Writer | None) -> _Accessor:
+        if isinstance(scope, TaskScope):
+            return self.task_state(scope, writer=writer)
+        return self.asset_state(scope, writer=writer)

@@ -3,6 +3,10 @@
 One line per key: {"scope": "task", "dag_id", "run_id", "task_id", "map_index", "key",
 "value", "expires_at"} or {"scope": "asset", "asset", "key", "value"}. Values are exported
 resolved (offload references followed), so a file moves between differently configured stores.
+
+An import is all or nothing: every line is parsed and checked by the store's rules, values are
+offloaded, then one backend transaction writes every row (writers wait for it). A failure at
+any point writes nothing and removes what was uploaded.
 """
 
 from __future__ import annotations
@@ -12,21 +16,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from taskstate.errors import TaskStateError
-from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace
-from taskstate.store import StateStore, _Accessor
+from taskstate.errors import BackendError, TaskStateError
+from taskstate.scope import AssetScope, TaskScope
+from taskstate.store import StateStore
 
 
 class ImportFormatError(TaskStateError, ValueError):
-    """A line of an import file is not a taskstate export line."""
+    """A line of an import file is not a taskstate export line, or breaks a rule."""
 
 
 def export_lines(store: StateStore, prefix: str = "") -> Iterator[str]:
-    for row in store.backend.scan(prefix):
-        if row.namespace.startswith(META_PREFIX):
-            continue
-        scope = parse_namespace(row.namespace)
-        value = store.load_value(row.value)
+    for scope, entry in store.entries(prefix):
         record: dict[str, Any]
         if isinstance(scope, TaskScope):
             record = {
@@ -35,12 +35,17 @@ def export_lines(store: StateStore, prefix: str = "") -> Iterator[str]:
                 "run_id": scope.run_id,
                 "task_id": scope.task_id,
                 "map_index": scope.map_index,
-                "key": row.key,
-                "value": value,
-                "expires_at": row.expires_at,
+                "key": entry.key,
+                "value": entry.value,
+                "expires_at": entry.expires_at,
             }
         else:
-            record = {"scope": "asset", "asset": scope.identity, "key": row.key, "value": value}
+            record = {
+                "scope": "asset",
+                "asset": scope.identity,
+                "key": entry.key,
+                "value": entry.value,
+            }
         yield json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -48,44 +53,54 @@ def export_lines(store: StateStore, prefix: str = "") -> Iterator[str]:
 class ImportResult:
     written: int
     skipped_expired: int
+    kept_existing: int
 
 
-def import_lines(store: StateStore, lines: Iterable[str]) -> ImportResult:
-    """Validate every line first; write only if all are valid (bad input writes nothing)."""
+def import_lines(store: StateStore, lines: Iterable[str], *, replace: bool = True) -> ImportResult:
+    """Import every line or none. `replace=False` keeps keys that already exist."""
     now = store.clock()
-    planned: list[tuple[_Accessor, str, Any, float | None]] = []
-    skipped = 0
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-            accessor, expires = _accessor_for(store, record)
-            key, value = record["key"], record["value"]
-            accessor._stored_text(key, value)  # every rule a normal write applies
-        except (KeyError, TypeError, ValueError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise ImportFormatError(f"line {number}: {detail}; nothing was imported") from None
-        if expires is not None and expires <= now:
-            skipped += 1
-            continue
-        planned.append((accessor, key, value, expires))
-    for accessor, key, value, expires in planned:
-        accessor._restore(key, value, expires)
-    return ImportResult(len(planned), skipped)
+    at = {"line": 0, "skipped": 0, "planned": 0}
+
+    def records() -> Iterator[tuple[TaskScope | AssetScope, str, Any, float | None]]:
+        for number, line in enumerate(lines, 1):
+            at["line"] = number
+            if not line.strip():
+                continue
+            scope, key, value, expires = _parse(line)
+            if expires is not None and expires <= now:
+                at["skipped"] += 1
+                continue
+            at["planned"] += 1
+            yield scope, key, value, expires
+
+    try:
+        written = store.import_entries(records(), replace=replace)
+    except BackendError as exc:
+        raise BackendError(f"{exc}; nothing was imported") from exc
+    except UnicodeDecodeError as exc:
+        raise ImportFormatError(
+            f"line {at['line'] + 1}: not UTF-8 text ({exc.reason}); nothing was imported"
+        ) from None
+    except (KeyError, TypeError, ValueError) as exc:
+        detail = f"missing field {exc}" if type(exc) is KeyError else str(exc)
+        raise ImportFormatError(f"line {at['line']}: {detail}; nothing was imported") from None
+    return ImportResult(written, at["skipped"], at["planned"] - written)
 
 
-def _accessor_for(store: StateStore, record: Any) -> tuple[_Accessor, float | None]:
+def _parse(line: str) -> tuple[TaskScope | AssetScope, str, Any, float | None]:
+    record = json.loads(line)
     if not isinstance(record, dict):
         raise ValueError("each line must be a JSON object")
-    if record.get("scope") == "task":
-        scope = TaskScope(
+    kind = record.get("scope")
+    if kind == "task":
+        scope: TaskScope | AssetScope = TaskScope(
             record["dag_id"], record["run_id"], record["task_id"], record.get("map_index", -1)
         )
         expires = record.get("expires_at")
-        if expires is not None and not isinstance(expires, (int, float)):
+        if expires is not None and (type(expires) not in (int, float) or expires != expires):
             raise ValueError(f"expires_at must be epoch seconds or null, got {expires!r}")
-        return store.task_state(scope), expires
-    if record.get("scope") == "asset":
-        return store.asset_state(AssetScope(name=record["asset"])), None
-    raise ValueError(f'"scope" must be "task" or "asset", got {record.get("scope")!r}')
+    elif kind == "asset":
+        scope, expires = AssetScope(name=record["asset"]), None
+    else:
+        raise ValueError(f'"scope" must be "task" or "asset", got {kind!r}')
+    return scope, record["key"], record["value"], expires

@@ -18,6 +18,7 @@ from taskstate.errors import (
     UnsupportedValueTypeError,
     ValueTooLargeError,
 )
+from taskstate.json_types import HINTS as _HINTS
 
 JsonValue: TypeAlias = str | int | float | bool | list[Any] | dict[str, Any]
 
@@ -26,22 +27,6 @@ NEVER_EXPIRE: timedelta = timedelta.max
 
 MAX_KEY_LENGTH = 512
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-_HINTS: dict[str, str] = {
-    "datetime": "store it as text: value.isoformat()",
-    "date": "store it as text: value.isoformat()",
-    "time": "store it as text: value.isoformat()",
-    "timedelta": "store seconds: value.total_seconds()",
-    "tuple": "use a list",
-    "set": "use a sorted list",
-    "frozenset": "use a sorted list",
-    "bytes": "decode it (value.decode()) or base64-encode it",
-    "bytearray": "decode it or base64-encode it",
-    "Decimal": "use str(value) to keep every digit, or float(value)",
-    "UUID": "use str(value)",
-    "Path": "use str(value)",
-    "PosixPath": "use str(value)",
-}
 
 
 def _where(path: str) -> str:

@@ -25,7 +25,7 @@ except ImportError:  # Airflow 2
     from airflow.models.dag import DAG  # type: ignore[no-redef]
 
 from taskstate import ResumableJobMixin, StateStore, TaskScope  # noqa: E402
-from taskstate.resumable import _airflow_stats  # noqa: E402
+from taskstate.resumable.reporting import airflow_stats  # noqa: E402
 
 JOBS: dict[str, str] = {}
 
@@ -126,7 +126,7 @@ def run_twice(cls: type, store: StateStore) -> dict[str, Any]:
 
 def main() -> None:
     calls: list[list[Any]] = []
-    stats = _airflow_stats()
+    stats = airflow_stats()
     if stats is not None:
         stats.incr = lambda name, *a, tags=None, **k: calls.append([name, tags])
     spans = _record_spans()

@@ -70,10 +70,15 @@ def test_rerun_starts_over_unless_kept_and_reexpansion_starts_over(
             )
     # The re-run, one task instance at a time; meanwhile the mapped list changed at index 0.
     changed = {"TS_ITEMS": json.dumps(["x", "b"])}
+    logs = {}
     for task_id, map_index in (("fresh", -1), ("kept", -1), ("work", 0), ("work", 1)):
-        airflow_home.airflow(
+        logs[task_id, map_index] = airflow_home.airflow(
             "tasks", "test", "ts_rerun", task_id, run_id, "--map-index", str(map_index), env=changed
         )
+    # The re-expansion says so in the task's log; the unchanged index keeps its state quietly.
+    reexpanded = "taskstate: starting this task's state over: map index 0 now holds a different"
+    assert reexpanded in logs["work", 0], logs["work", 0][-3000:]
+    assert "starting this task's state over" not in logs["work", 1]
     after = before + 1  # cleared after try 1: max_tries = 1 + retries (0)
     assert airflow_home.task_states("ts_rerun", "fresh") == {-1: {"runs": 1, "max_tries": after}}
     assert airflow_home.task_states("ts_rerun", "kept") == {-1: {"runs": 2, "max_tries": after}}
@@ -134,13 +139,15 @@ def test_example_my_batch_operator(airflow_home: AirflowHome) -> None:
     assert names == ["eu", "nightly-aggregate", "us"]
 
 
-def test_doctor_reports_the_injection_and_warns_on_sqlite_with_celery(
+def test_doctor_reports_the_injection_and_fails_on_sqlite_with_celery(
     airflow_home: AirflowHome,
 ) -> None:
     checks = airflow_home.doctor(env={"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"})
     assert checks["airflow"] == ("ok", f"Airflow {airflow_home.airflow_version}")
     assert checks["state store in charge"][1].startswith("taskstate")
     assert checks["injection"][0] == "ok"
-    status, detail = checks["executor"]
-    assert status == "warn" and "taskstate_url = postgresql://" in detail
-    assert airflow_home.doctor()["executor"][0] == "ok"
+    status, detail = checks["executor CeleryExecutor"]
+    assert status == "fail" and "[state_store] taskstate_url" in detail
+    assert "postgresql://" in detail and "http(s)://" in detail
+    local = {c: s for c, (s, _) in airflow_home.doctor().items() if c.startswith("executor")}
+    assert list(local.values()) == ["ok"], local

@@ -5,9 +5,12 @@ on Airflow 3.3.2's own mixin), `durable` from the constructor, `default_args`, a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -93,3 +96,45 @@ def test_a_span_per_decision(probe: dict[str, Any]) -> None:
         assert decisions.count((cls, "already_succeeded")) == 1
     reconnected = [s for s in probe["spans"] if s["resumable.decision"] == "already_succeeded"]
     assert all(s["resumable.prior_status"] == "SUCCEEDED" for s in reconnected)
+
+
+STATS_PROBE = Path(__file__).with_name("resumable_stats_probe.py")
+STATSD = "statsd==4.0.1"  # Airflow's statsd client; the pinned envs do not carry the extra
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+def test_counters_reach_a_statsd_listener(version: str, tmp_path: Path) -> None:
+    """Airflow's real Stats (statsd over UDP, to a socket this test listens on) receives the
+    mixin's reconnect_success, terminal_resubmit and recover_from_intent counters."""
+    python = airflow_python(version)
+    overlay = tmp_path / "statsd"
+    uv = str(REPO / ".venv" / "bin" / "uv")
+    subprocess.run(
+        [uv, "pip", "install", "--quiet", "--python", str(python), "--target", str(overlay),
+         STATSD],
+        check=True,
+    )  # fmt: skip
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+            "AIRFLOW_HOME": str(tmp_path / "home"),
+            "PYTHONPATH": f"{REPO / 'src'}:{overlay}",
+            "AIRFLOW__METRICS__STATSD_ON": "True",
+            "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
+            "AIRFLOW__METRICS__STATSD_PORT": str(listener.getsockname()[1]),
+            "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+        }
+        out = subprocess.run(
+            [str(python), str(STATS_PROBE)], capture_output=True, text=True, env=env, timeout=300
+        )
+        assert "PROBE done" in out.stdout, out.stderr[-3000:]
+        listener.settimeout(2)
+        received = []
+        with contextlib.suppress(TimeoutError):
+            while True:
+                received += listener.recv(65536).decode().splitlines()
+    counted = Counter(line.split(":")[0] for line in received)
+    for name in ("reconnect_success", "terminal_resubmit", "recover_from_intent"):
+        assert counted[f"airflow.resumable_job.{name}"] == 1, received
+    assert counted["airflow.resumable_job.reconnect_attempt"] == 2, received  # the two stored ids

@@ -3,6 +3,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
@@ -12,7 +13,7 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
-from tests.postgres_server import PostgresServer, free_port
+from tests.postgres_server import PostgresServer, free_port, running_server
 
 from taskstate import StateStore, TaskScope
 from taskstate.backends import open_backend
@@ -160,6 +161,7 @@ def test_a_forked_child_opens_its_own_pool(backend_url: PostgresBackend) -> None
     # the parent's pooled sessions survived the child's exit
     assert backend.get("ns", "child") == Entry("1", None)
     backend.set("ns", "parent", "2", None, NOW)
+    assert backend.get("ns", "parent") == Entry("2", None)
 
 
 def _write_forever(url: str, acks: str, stop: Event) -> None:
@@ -173,12 +175,14 @@ def _write_forever(url: str, acks: str, stop: Event) -> None:
             i += 1
 
 
-def _wait_for_more_acks(path: Path, than: int) -> int:
-    while True:
-        count = len(path.read_text().split())
-        if count > than + 50:
-            return count
+def _wait_for_more_acks(path: Path, than: int, limit: float = 90.0) -> int:
+    """Wait for 50 more acknowledged writes; a writer that died or hung fails the test, well
+    inside the retry window plus an outage (30 s + a few seconds), not at pytest's timeout."""
+    end = time.monotonic() + limit
+    while (count := len(path.read_text().split())) <= than + 50:
+        assert time.monotonic() < end, f"writer stuck at {count} acks for {limit:.0f}s"
         time.sleep(0.05)
+    return count
 
 
 @pytest.mark.slow
@@ -205,6 +209,36 @@ def test_every_acknowledged_write_survives_server_restarts_and_crashes(
     with StateStore(url) as store:
         accessor = store.task_state(TaskScope("dag", "run", "writer"))
         assert all(accessor.get(f"k{i}") == {"i": i, "pad": "x" * 100} for i in acked)
+
+
+@pytest.mark.slow
+def test_a_write_rides_out_a_10_s_outage_within_the_default_30_s_window() -> None:
+    """The server goes down for 10 s; a `set` issued meanwhile waits and then succeeds."""
+    # Its own server: the session's stays up for the other tests.
+    with running_server() as server, StateStore(server.url) as store:
+        store.backend.migrate()
+        acc = store.task_state(TaskScope("dag", "run", "outage"))
+        acc.set("k", 1)
+        server.halt()
+        outcome: dict[str, object] = {}
+
+        def write() -> None:
+            started = time.monotonic()
+            try:
+                acc.set("k", 2)
+            except Exception as exc:  # the assertion below names it
+                outcome["error"] = exc
+            outcome["waited"] = time.monotonic() - started
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        time.sleep(10)
+        assert writer.is_alive(), outcome  # still retrying, not failed
+        server.resume()
+        writer.join(30)
+        assert "error" not in outcome, outcome
+        assert 9 < outcome["waited"] < 30, outcome  # type: ignore[operator]
+        assert acc.get("k") == 2
 
 
 def test_scan_pages_through_more_rows_than_one_page(backend_url: PostgresBackend) -> None:

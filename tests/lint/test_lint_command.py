@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from taskstate.lint import report_rules
 from taskstate.lint.command import lint
 from taskstate.lint.rules import RULES
 
@@ -341,13 +343,47 @@ def test_rules_lists_every_code(project: Path) -> None:
     assert [line.split()[0] for line in out.splitlines()] == list(RULES)
 
 
+def test_rules_as_markdown_is_the_readme_table(project: Path) -> None:
+    code, out = run("--rules", "--format", "markdown", cwd=project)
+    assert code == 0
+    assert out.rstrip("\n") == report_rules.markdown()
+    rows = out.splitlines()[2:]
+    assert [row.split(" | ")[0] for row in rows] == [f"| `{code}`" for code in RULES]
+    assert (
+        "| `TS601` | naive-utc-timestamp | warning | ‹call›() returns a naive datetime | yes |"
+        in rows
+    )
+    # markdown is a table of rules, not a report format
+    assert run("--format", "markdown", ".", cwd=project)[0] == 2
+    assert run("--rules", "--format", "sarif", cwd=project)[0] == 2
+
+
+def _parses(text: str) -> bool:
+    try:
+        ast.parse(text)
+    except (SyntaxError, RecursionError, MemoryError):
+        return False
+    return True
+
+
 def test_pathologically_nested_code_is_reported_not_a_crash(project: Path) -> None:
-    write(project / "deep.py", "x = y" + "[0]" * 20000 + "\n")
-    write(project / "long.py", "x = 'a'" + " + 'a'" * 20000 + "\n")
-    code, out = run("--format", "json", "deep.py", "long.py", cwd=project)
-    assert code in (0, 2)  # whatever the interpreter can parse is checked, the rest reported
-    for finding in json.loads(out)["findings"]:
-        assert finding["code"] == "TS901"
+    """What this interpreter can parse is checked (and is clean); the rest is one TS901 each."""
+    texts = {
+        "deep.py": "x = y" + "[0]" * 20000 + "\n",
+        "long.py": "x = 'a'" + " + 'a'" * 20000 + "\n",
+    }
+    for name, text in texts.items():
+        write(project / name, text)
+    unparsable = sorted(name for name, text in texts.items() if not _parses(text))
+    code, out = run("--format", "json", *texts, cwd=project)
+    data = json.loads(out)
+    assert data["files"] == 2
+    assert sorted(data["parse_errors"]) == unparsable
+    assert sorted(f["path"] for f in data["findings"]) == unparsable
+    for finding in data["findings"]:
+        assert finding["code"] == "TS901", finding
+        assert finding["message"] == "file cannot be checked: nested too deeply to check"
+    assert code == (2 if unparsable else 0)
 
 
 def test_config_is_found_from_the_linted_path_not_the_working_directory(

@@ -1,89 +1,123 @@
-"""Each rule on its fixture: what must be flagged (line:col code) and near-misses that must not."""
+"""Each rule on its fixture: every finding a fixture must produce is written on its line, and
+every other line must produce none.
+
+The convention (flake8-bugbear's, with the column): a trailing comment
+`# expect: TS501:37` (several: `# expect: TS405:41 TS403:35`, free text may follow) on the line
+a finding points at, 37 being its 1-based column. A first line `# lint-fixture: airflow-version
+3.3` sets the Airflow the fixture is linted for (default 2.10). The expectation comments are
+removed before linting (up to the end of the line), so rules that read comments (TS405) see the
+code as written.
+"""
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from taskstate.lint import RULES, AirflowVersion, LintConfig, lint_file, lint_source
+from taskstate.lint import RULES, AirflowVersion, LintConfig, lint_source, report_rules
 from taskstate.lint.rules import Severity
 
 FIXTURES = Path(__file__).parent / "fixtures"
 BELOW_NATIVE = AirflowVersion.parse("2.10", "test")
 NATIVE = AirflowVersion.parse("3.3", "test")
 
-# flake8-bugbear style: the findings each fixture must produce, and nothing else.
-EXPECTED = {
-    "variables.py": [
-        "11:5 TS101",
-        "16:5 TS101",
-        "21:5 TS102",
-        "25:5 TS102",
-        "31:9 TS103",
-        "41:5 TS104",
-        "46:12 TS105",
-    ],
-    "xcom.py": ["11:9 TS201", "18:5 TS202", "38:5 TS202"],
-    "submit_poll.py": ["14:9 TS301", "19:69 TS303", "22:5 TS302"],
-    "mixin.py": [
-        "11:5 TS401",
-        "19:1 TS402",
-        "27:9 TS404",
-        "36:5 TS404",
-        "42:41 TS405",
-        "43:35 TS403",
-        "44:35 TS405",
-        "45:62 TS406",
-        "57:5 TS407",
-    ],
-    "store_calls.py": [
-        "14:37 TS501",
-        "15:37 TS501",
-        "16:34 TS501",
-        "17:56 TS501",
-        "18:26 TS502",
-        "19:5 TS506",
-        "21:40 TS501",
-        "27:5 TS503",
-        "28:5 TS504",
-        "33:5 TS504",
-        "38:12 TS505",
-    ],
-    "timestamps.py": ["11:32 TS601", "12:12 TS601"],
-    "skill_after.py": [],
-    "skill_before.py": ["8:5 TS101", "11:1 TS102", "17:9 TS103", "28:5 TS202", "33:5 TS102"],
-}
+_EXPECT = re.compile(r"\s*#\s*expect:\s*(?P<codes>(?:TS\d{3}:\d+\s*)+).*$")
+_TARGET = re.compile(r"#\s*lint-fixture:\s*airflow-version\s+(?P<version>\S+)")
 
 
-def found(name: str, version: AirflowVersion = BELOW_NATIVE) -> list[str]:
-    result = lint_file(FIXTURES / name, LintConfig(), version)
+@dataclass(frozen=True)
+class Fixture:
+    name: str
+    text: str  # the file without its expectation comments
+    expected: list[str]  # "line:col code", in the order findings are reported
+    version: AirflowVersion
+
+
+def load(name: str) -> Fixture:
+    lines = (FIXTURES / name).read_text(encoding="utf-8").split("\n")
+    target = _TARGET.match(lines[0])
+    version = AirflowVersion.parse(target["version"], "fixture") if target else BELOW_NATIVE
+    expected: list[tuple[int, int, str]] = []
+    for number, line in enumerate(lines, start=1):
+        match = _EXPECT.search(line)
+        if match is None:
+            assert "expect:" not in line, f"{name}:{number}: unreadable expectation"
+            continue
+        for item in match["codes"].split():
+            code, col = item.split(":")
+            expected.append((number, int(col), code))
+        lines[number - 1] = line[: match.start()]
+    return Fixture(
+        name,
+        "\n".join(lines),
+        [f"{line}:{col} {code}" for line, col, code in sorted(expected)],
+        version,
+    )
+
+
+FIXTURE_NAMES = sorted(p.name for p in FIXTURES.glob("*.py"))
+
+
+def found(fixture: Fixture, version: AirflowVersion | None = None) -> list[str]:
+    result = lint_source(fixture.text, fixture.name, LintConfig(), version or fixture.version)
     return [f"{f.line}:{f.col} {f.code}" for f in result.findings]
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
-def test_fixture_findings(name: str) -> None:
-    assert found(name) == EXPECTED[name]
+@pytest.mark.parametrize("name", FIXTURE_NAMES)
+def test_fixture_findings_are_exactly_the_expected_ones(name: str) -> None:
+    fixture = load(name)
+    assert found(fixture) == fixture.expected
+
+
+def test_expectations_are_read_from_the_fixture_lines() -> None:
+    """The harness itself: it sees every expectation, and the linted text has none left."""
+    fixture = load("mixin.py")
+    assert "42:41 TS405" in fixture.expected and "43:35 TS403" in fixture.expected
+    assert "expect:" not in fixture.text
+    assert fixture.text.count("\n") == (FIXTURES / "mixin.py").read_text().count("\n")
+    assert load("native_accessor.py").version.label == "3.3"
 
 
 @pytest.mark.parametrize("version", ["2.10", "3.0", "3.3", "3.4"])
 def test_skill_after_snippets_raise_nothing_on_any_version(version: str) -> None:
-    assert found("skill_after.py", AirflowVersion.parse(version, "test")) == []
+    assert found(load("skill_after.py"), AirflowVersion.parse(version, "test")) == []
 
 
 def test_every_rule_has_a_fixture_that_flags_it() -> None:
-    flagged = {item.split()[1] for items in EXPECTED.values() for item in items}
+    flagged = {item.split()[1] for name in FIXTURE_NAMES for item in load(name).expected}
     assert flagged == set(RULES) - {"TS901"}
 
 
 def test_durable_noop_is_reported_only_below_native_store() -> None:
-    assert "45:62 TS406" not in found("mixin.py", NATIVE)
-    assert "45:62 TS406" not in found("mixin.py", AirflowVersion(None, "unknown"))
+    mixin = load("mixin.py")
+    ts406 = [item for item in mixin.expected if item.endswith("TS406")]
+    assert ts406
+    for version in ("3.0", "3.2"):
+        assert set(ts406) <= set(found(mixin, AirflowVersion.parse(version, "test")))
+    for version in (NATIVE, AirflowVersion(None, "unknown")):
+        assert not set(ts406) & set(found(mixin, version))
+
+
+@pytest.mark.parametrize("version", ["2.10", "2.11", "3.0", "3.2"])
+def test_native_accessor_methods_are_not_reported_below_3_3(version: str) -> None:
+    native = load("native_accessor.py")
+    assert native.expected
+    assert found(native, AirflowVersion.parse(version, "test")) == []
+
+
+def test_native_accessor_methods_are_reported_on_later_versions_and_not_when_unknown() -> None:
+    native = load("native_accessor.py")
+    assert found(native, AirflowVersion.parse("3.4", "test")) == native.expected
+    assert found(native, AirflowVersion(None, "unknown")) == []
 
 
 def test_every_finding_says_why_and_shows_before_and_after() -> None:
-    for name in EXPECTED:
-        for finding in lint_file(FIXTURES / name, LintConfig(), BELOW_NATIVE).findings:
+    for name in FIXTURE_NAMES:
+        fixture = load(name)
+        for finding in lint_source(fixture.text, name, LintConfig(), fixture.version).findings:
             assert finding.message and finding.why, finding
             assert finding.before.strip() and finding.after.strip(), finding
 
@@ -201,10 +235,14 @@ def test_installed_airflow_is_read_from_metadata_without_importing_it(tmp_path: 
     assert out.stdout.split() == ["2.10", "installed", "False"]
 
 
-def test_readme_rule_table_lists_every_rule_with_its_severity() -> None:
+def test_readme_rule_table_is_the_generated_one() -> None:
+    """README's table is `taskstate lint --rules --format markdown`, regenerated, not edited."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    start = readme.index("<!-- rules: generated by")
+    table = readme[readme.index("\n", start) : readme.index("<!-- rules: end -->")].strip()
+    assert table == report_rules.markdown()
     for rule in RULES.values():
-        assert f"| `{rule.code}` | {rule.name} | {rule.severity.value} |" in readme, rule.code
+        assert f"| `{rule.code}` | {rule.name} | {rule.severity.value} |" in table, rule.code
 
 
 @pytest.mark.parametrize(
@@ -314,3 +352,38 @@ def test_a_state_variable_templated_into_an_operator_is_a_possible_state_read() 
     found = lint_text(text)
     assert [code for code, _, _ in found] == ["TS105"]
     assert 'asset_state_store[MY_ASSET].get("last_execution_date_succes")' in found[0][2]
+
+
+@pytest.mark.parametrize(
+    ("version", "names_setting"), [("2.10", False), ("2.11", False), ("3.0", True), ("3.2", True)]
+)
+def test_durable_noop_advice_names_the_provider_setting_on_3_0_to_3_2(
+    version: str, names_setting: bool
+) -> None:
+    mixin = load("mixin.py")
+    result = lint_source(mixin.text, "mixin.py", LintConfig(), AirflowVersion.parse(version, "t"))
+    (finding,) = [f for f in result.findings if f.code == "TS406"]
+    assert finding.severity is Severity.INFO  # lint cannot see the deployment's setting
+    setting = "taskstate_provider_durable = True"
+    assert (setting in finding.message) is names_setting
+    assert (setting in finding.after and setting in finding.why) is names_setting
+    assert ("durable=True does nothing there" in finding.why) is not names_setting
+    assert "from taskstate import ResumableJobMixin" in finding.after
+
+
+def test_native_accessor_findings_say_what_to_do_with_code_that_compiles() -> None:
+    native = load("native_accessor.py")
+    findings = lint_source(native.text, native.name, LintConfig(), NATIVE).findings
+    assert findings and {f.code for f in findings} == {"TS507"}
+    for finding in findings:
+        assert finding.severity is Severity.ERROR
+        assert "set [state_store] taskstate_mode = taskstate" in finding.message
+        assert "#   taskstate_mode = taskstate" in finding.after
+        compile(finding.after, "after", "exec")  # the rewrite is Python, not pseudo-code
+    (update,) = [f for f in findings if f.line == 16]
+    assert "rewrite it with get() and set()" in update.message
+    assert update.after.endswith(
+        'new = (lambda n: n + 1)(task_state_store.get("n", 0))\ntask_state_store.set("n", new)'
+    )
+    (aget,) = [f for f in findings if f.line == 25]
+    assert aget.after.endswith('store.get("progress", default={})')

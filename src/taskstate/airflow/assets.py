@@ -7,7 +7,7 @@ from typing import Any
 
 from taskstate.errors import AmbiguousAssetError, AssetNotDeclaredError
 from taskstate.scope import AssetScope
-from taskstate.store import AssetStateStore, StateStore
+from taskstate.store import AssetStateStore, StateStore, Writer
 from taskstate.values import JsonValue
 
 # Classes (by name, anywhere in the MRO) that name one concrete asset: Airflow 3's Asset and
@@ -39,16 +39,20 @@ class AssetStateStores:
     a task reads and writes only the state of assets it says it touches.
     """
 
-    def __init__(self, store: StateStore, assets: Iterable[object]) -> None:
+    def __init__(
+        self, store: StateStore, assets: Iterable[object], writer: Writer | None = None
+    ) -> None:
         self._by_name: dict[str, AssetStateStore] = {}
         self._by_uri: dict[str, AssetStateStore] = {}
         for asset in assets:
             name, uri = _name(asset), _uri(asset)
             if name is not None:
                 if name not in self._by_name:
-                    self._by_name[name] = store.asset_state(AssetScope(name=name, uri=uri))
+                    self._by_name[name] = store.asset_state(
+                        AssetScope(name=name, uri=uri), writer=writer
+                    )
             elif uri is not None and uri not in self._by_uri:
-                self._by_uri[uri] = store.asset_state(AssetScope(uri=uri))
+                self._by_uri[uri] = store.asset_state(AssetScope(uri=uri), writer=writer)
 
     def __getitem__(self, asset: Any) -> AssetStateStore:
         if not is_asset(asset):

@@ -4,8 +4,13 @@ injection is installed, and whether the backend suits the executor. Never import
 from __future__ import annotations
 
 import importlib.metadata
-import re
 
+from taskstate.airflow.executors import (
+    Executor,
+    configured_executors,
+    refusal,
+    uses_default_sqlite,
+)
 from taskstate.airflow.versions import (
     airflow_version,
     native_store_active,
@@ -13,12 +18,9 @@ from taskstate.airflow.versions import (
 )
 from taskstate.backends import resolve_url
 from taskstate.errors import TaskStateError
-from taskstate.settings import Settings, airflow_option
+from taskstate.settings import Settings
 
 Check = tuple[str, str, str]
-
-# Executors that run tasks on other machines, where a SQLite file on one of them is not shared.
-_DISTRIBUTED = re.compile(r"celery|kubernetes|edge", re.IGNORECASE)
 
 
 def report() -> list[Check]:
@@ -91,24 +93,32 @@ def _injection() -> Check:
 
 
 def _executor() -> list[Check]:
+    """One check per configured executor: may its tasks land on the embedded SQLite file?"""
     try:
-        executor = airflow_option("core", "executor") or "(Airflow's default)"
+        executors = configured_executors()
         settings = Settings.load()
     except TaskStateError as exc:
         return [("executor", "fail", str(exc))]
+    return [(f"executor {e.alias or e.name}", *_executor_status(e, settings)) for e in executors]
+
+
+def _executor_status(executor: Executor, settings: Settings) -> tuple[str, str]:
+    name = executor.name
     if not settings.uses_builtin_backend:
-        return [("executor", "ok", f"{executor} with the custom backend {settings.backend}")]
+        return "ok", f"{name} with the custom backend {settings.backend}"
     url = resolve_url(settings)
-    if _DISTRIBUTED.search(executor) and url.startswith("sqlite"):
-        return [
-            (
-                "executor",
-                "warn",
-                f"{executor} runs tasks on several machines, but the state store is the "
-                "embedded SQLite file of one machine: each machine would keep its own state "
-                "and a retry elsewhere would not resume. Use the PostgreSQL backend: set "
-                "[state_store] taskstate_url = postgresql://user:pass@host/db (or run Airflow's "
-                "metadata DB on PostgreSQL, which taskstate then uses)",
+    scheme = url.split(":", 1)[0]
+    if executor.reach == "local" or not url.startswith("sqlite:"):
+        return "ok", f"{name} with {scheme}"
+    if uses_default_sqlite(settings):
+        if executor.reach == "unknown":
+            return "warn", (
+                f"taskstate cannot tell whether {name} runs tasks on other machines; if it does, "
+                + refusal(name, settings)
             )
-        ]
-    return [("executor", "ok", f"{executor} with {url.split(':', 1)[0]}")]
+        where = " (tasks in its Kubernetes queue)" if executor.reach == "by queue" else ""
+        return "fail", f"tasks are refused{where}: " + refusal(name, settings)
+    return "warn", (
+        f"{name} with taskstate_url = {url}: every machine that runs tasks must see this very "
+        "file (a shared volume), else a retry elsewhere starts from nothing"
+    )

@@ -9,7 +9,6 @@ passes context entries to the parameters that name them.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, MutableMapping
 from typing import Any, NoReturn
@@ -22,10 +21,10 @@ from taskstate.airflow.attempts import (
     input_fingerprint,
     rerun_reason,
 )
-from taskstate.errors import BackendError
+from taskstate.airflow.executors import check_task_store
+from taskstate.errors import BackendError, ConfigError
 from taskstate.scope import TaskScope
-from taskstate.store import StateStore
-from taskstate.values import expires_at
+from taskstate.store import StateStore, task_writer
 
 _process_store: tuple[int, StateStore] | None = None
 
@@ -51,6 +50,8 @@ class StoreUnavailable:
         self._error = error
 
     def __getattr__(self, name: str) -> NoReturn:
+        if isinstance(self._error, ConfigError):  # says what to set: show it as it is
+            raise ConfigError(str(self._error)) from self._error
         raise BackendError(
             f"taskstate could not open this task's state store: {self._error}; "
             "run `taskstate doctor` to check the settings and the backend"
@@ -76,6 +77,7 @@ class InjectState:
         task = context["task"]
         try:
             store = process_store()
+            check_task_store(context, store.settings)
             state = store.task_state(task_scope(context["ti"]))
             reason = self._start_over_reason(store, state.scope, context)
             if reason is not None:
@@ -84,7 +86,8 @@ class InjectState:
             context["task_state_store"] = state
             assets = [a for a in (*(task.inlets or ()), *(task.outlets or ())) if is_asset(a)]
             if assets:
-                context["asset_state_store"] = AssetStateStores(store, assets)
+                writer = task_writer(state.scope)
+                context["asset_state_store"] = AssetStateStores(store, assets, writer)
         except Exception as exc:
             # Airflow logs and swallows callback errors; leave a stand-in that fails loudly
             # where the task touches its state instead of a missing key.
@@ -102,7 +105,7 @@ class InjectState:
             max_tries=int(ti.max_tries if ti.max_tries is not None else -1),
             run_started=None if started is None else str(started),
         )
-        meta = _Meta(store, scope.meta_namespace)
+        meta = store.meta(scope)
         reason = rerun_reason(meta.get(ATTEMPT_KEY), now)
         if reason is not None and self.keep_state_on_clear:
             context["task"].log.info(
@@ -145,26 +148,7 @@ class ClearOnSuccess:
         if not store.settings.clear_on_success:
             return
         scope = task_scope(context["ti"])
-        store.task_state(scope).clear()
-        store.backend.clear(scope.meta_namespace)
+        store.clear_task(scope.dag_id, scope.run_id, scope.task_id, map_index=scope.map_index)
 
     def __repr__(self) -> str:
         return "taskstate.airflow.inject.ClearOnSuccess"
-
-
-class _Meta:
-    """taskstate's own per-task-instance markers, beside (never inside) the user's keys."""
-
-    def __init__(self, store: StateStore, namespace: str) -> None:
-        self._store = store
-        self._ns = namespace
-
-    def get(self, key: str) -> Any:
-        entry = self._store.backend.get(self._ns, key)
-        return None if entry is None else json.loads(entry.value)
-
-    def set(self, key: str, value: Any) -> None:
-        now = self._store.clock()
-        days = self._store.settings.default_retention_days
-        text = json.dumps(value, separators=(",", ":"))
-        self._store.backend.set(self._ns, key, text, expires_at(None, days, now), now)

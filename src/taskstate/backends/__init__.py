@@ -18,6 +18,8 @@ _SCHEMES = {
     "postgresql": "taskstate.backends.postgres:PostgresBackend",
     "postgres": "taskstate.backends.postgres:PostgresBackend",
 }
+# The extra that installs a backend's driver, named when the driver is missing.
+_EXTRAS = {"postgresql": "postgres", "postgres": "postgres"}
 
 
 def resolve_url(settings: Settings) -> str:
@@ -45,7 +47,14 @@ def open_backend(url: str | None, settings: Settings) -> StateBackend:
             "or postgresql://user:pass@host/db in [state_store] taskstate_url"
         )
     module, _, name = target.partition(":")
-    backend_cls = getattr(importlib.import_module(module), name)
+    try:
+        backend_cls = getattr(importlib.import_module(module), name)
+    except ModuleNotFoundError as exc:
+        extra = _EXTRAS.get(scheme, scheme)
+        raise ConfigError(
+            f"{scheme} URLs need the {exc.name} package, which is not installed here: "
+            f"pip install 'taskstate[{extra}]'"
+        ) from None
     backend: StateBackend = backend_cls(url)
     return backend
 

@@ -14,12 +14,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
+from taskstate.errors import BackendError
+
 T = TypeVar("T")
 
 
 class Entry(NamedTuple):
+    """A stored value as the store sees it. `updated_by` is the writer, as compact JSON text
+    (`{"kind": "task", ...}` / `{"kind": "api", "subject": ...}`), or None when unknown."""
+
     value: str
     expires_at: float | None
+    updated_by: str | None = None
 
 
 class Row(NamedTuple):
@@ -28,6 +34,7 @@ class Row(NamedTuple):
     value: str
     expires_at: float | None
     updated_at: float
+    updated_by: str | None = None
 
 
 @dataclass(frozen=True)
@@ -51,12 +58,20 @@ class StateBackend(ABC):
     url: str
 
     @abstractmethod
-    def get(self, namespace: str, key: str) -> Entry | None: ...
+    def get(self, namespace: str, key: str) -> Entry | None:
+        """The stored entry of `key`, expired ones included (expiry is the store's rule)."""
 
     @abstractmethod
     def set(
-        self, namespace: str, key: str, value: str, expires_at: float | None, now: float
-    ) -> None: ...
+        self,
+        namespace: str,
+        key: str,
+        value: str,
+        expires_at: float | None,
+        now: float,
+        updated_by: str | None = None,
+    ) -> None:
+        """Insert or replace `key` atomically, stamping `updated_at = now` and the writer."""
 
     @abstractmethod
     def delete(self, namespace: str, key: str) -> None:
@@ -81,13 +96,24 @@ class StateBackend(ABC):
         """Atomic read-modify-write of one key.
 
         `fn` sees the current entry (expired ones included) and returns (entry to write or
-        None to write nothing, result). No other writer of that key runs in between; `fn`
-        may be called more than once if the backend retries, so it must be pure.
+        None to write nothing, result); the written entry's `updated_by` is stored with it.
+        No other writer of that key runs in between; `fn` may be called more than once if the
+        backend retries, so it must be pure.
         """
 
     @abstractmethod
     def scan(self, prefix: str = "") -> Iterator[Row]:
         """Every row whose namespace starts with `prefix`, ordered by (namespace, key)."""
+
+    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+        """Write every row in one transaction: all land or none does (import). `replace=False`
+        keeps rows that already exist. Returns how many rows were written.
+
+        Optional for third-party backends: without it, `taskstate import` refuses to run."""
+        raise BackendError(
+            f"{type(self).__name__} cannot write many keys atomically (no set_many), so "
+            "`taskstate import` cannot promise all or nothing; import into a built-in backend"
+        )
 
     @abstractmethod
     def count_expired(self, now: float) -> int: ...
@@ -115,9 +141,15 @@ class StateBackend(ABC):
         return await asyncio.to_thread(self.get, namespace, key)
 
     async def aset(
-        self, namespace: str, key: str, value: str, expires_at: float | None, now: float
+        self,
+        namespace: str,
+        key: str,
+        value: str,
+        expires_at: float | None,
+        now: float,
+        updated_by: str | None = None,
     ) -> None:
-        await asyncio.to_thread(self.set, namespace, key, value, expires_at, now)
+        await asyncio.to_thread(self.set, namespace, key, value, expires_at, now, updated_by)
 
     async def adelete(self, namespace: str, key: str) -> None:
         await asyncio.to_thread(self.delete, namespace, key)
@@ -135,7 +167,9 @@ class WorkerStateBackend(ABC):
     """A worker-side backend (`[workers] state_store_backend`): keeps the value somewhere else
     and hands the database only a reference, as Airflow 3.3's worker backends do.
 
-    References must be deterministic per (namespace, key) so delete/clear can find the object.
+    The store uploads before the row is written and never inside a database transaction. Give
+    every call of `serialize_to_ref` a new reference: then an object belongs to exactly one row
+    version, and the store can remove it as soon as that row is deleted or superseded.
     """
 
     #: Values of at most this many bytes of JSON stay inline; None offloads every value.
@@ -143,20 +177,20 @@ class WorkerStateBackend(ABC):
 
     @abstractmethod
     def serialize_to_ref(self, namespace: str, key: str, value: str) -> str:
-        """Store `value` (JSON text) and return the reference to keep in the database."""
+        """Store `value` (JSON text) and return a new reference to keep in the database."""
 
     @abstractmethod
     def deserialize_from_ref(self, ref: str) -> str:
         """Return the JSON text behind a reference from `serialize_to_ref`."""
 
     @abstractmethod
-    def delete(self, namespace: str, key: str) -> None: ...
-
-    @abstractmethod
-    def clear(self, namespace: str) -> None: ...
-
-    def clear_prefix(self, prefix: str) -> None:
-        """Remove objects of every namespace under `prefix`; default: nothing to do."""
+    def discard(self, refs: list[str]) -> None:
+        """Remove these objects: no committed row references them. Missing ones are fine."""
 
     def committed(self, namespace: str, key: str, ref: str) -> None:
         """The row holding `ref` is committed (after `set`): a chance to drop older objects."""
+
+    def sweep(self, live_refs: set[str], *, dry_run: bool = False) -> int:
+        """`StateStore.cleanup`: remove objects that no live reference names (past a grace
+        period for writes in flight); returns how many. Default: nothing to sweep."""
+        return 0

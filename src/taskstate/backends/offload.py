@@ -1,17 +1,18 @@
 """Offload values to object storage (`[workers] state_store_backend`): any fsspec URL.
 
-The database keeps only `{"__taskstate_ref__": "<ns>/<key>/<content>"}`, three sha256 digests
-(truncated to 128 bits): of the namespace, of the key, and of the stored JSON. Every object of a
-key lives under `<base>/<ns>/<key>/`, and every object of a namespace under `<base>/<ns>/`, so
-`delete` and `clear` remove them without asking the database.
+The row keeps only a reference, `<ns>/<key>/<content>-<nonce>`: sha256 digests (truncated to
+128 bits) of the namespace, the key and the stored JSON, and a random nonce. Every object of a
+key lives under `<base>/<ns>/<key>/`.
 
-Objects are content-addressed and never overwritten with other content: the object is written
-before its row, and a write that then fails (or a `compare_and_set` that does not apply) leaves
-the row pointing at the previous object, which is still there — a failed write changes nothing a
-reader sees. A key's superseded objects are pruned after each committed `set` once they are
-older than `keep_versions_s` (a grace period that outlives any write still in flight), and
-`taskstate clean` sweeps the rest: objects no row references (expired rows, `update` versions,
-rows deleted by other means), again only past the grace period.
+Every write makes a new object, never overwriting one: the object is written before its row,
+and a write that then fails (or a `compare_and_set` that does not apply) leaves the row pointing
+at the previous object, which is still there — a failed write changes nothing a reader sees.
+Because a reference names one write only, the store removes an object as soon as the row that
+held it is deleted (`discard`), and a concurrent `set` of the same key can never lose its
+just-written object. A key's superseded objects are pruned after each committed `set` once they
+are older than `keep_versions_s` (a grace period that outlives any write still in flight), and
+`taskstate clean` sweeps the rest: objects no row references (expired rows, rows deleted by
+other means), again only past the grace period.
 """
 
 from __future__ import annotations
@@ -25,18 +26,16 @@ import re
 import time
 import uuid
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from taskstate.backends.base import WorkerStateBackend
-from taskstate.errors import BackendError, ConfigError
+from taskstate.errors import BackendError, ConfigError, OffloadedValueMissingError
 from taskstate.settings import Settings
-
-if TYPE_CHECKING:
-    from taskstate.store import StateStore
 
 COMPRESSIONS = ("none", "gzip")
 _GZIP_MAGIC = b"\x1f\x8b"  # JSON text never starts with these bytes, so reads need no flag
-_REF = re.compile(r"[0-9a-f]{32}/[0-9a-f]{32}/[0-9a-f]{32}")
+# The nonce is absent from references written before schema 2 (content-addressed only).
+_REF = re.compile(r"[0-9a-f]{32}/[0-9a-f]{32}/[0-9a-f]{32}(-[0-9a-f]{16})?")
 
 
 def _digest(text: str | bytes) -> str:
@@ -121,13 +120,13 @@ class OffloadBackend(WorkerStateBackend):
 
     def serialize_to_ref(self, namespace: str, key: str, value: str) -> str:
         data = value.encode("utf-8")
-        ref = f"{_digest(namespace)}/{_digest(key)}/{_digest(data)}"
+        ref = f"{_digest(namespace)}/{_digest(key)}/{_digest(data)}-{uuid.uuid4().hex[:16]}"
         if self.compression == "gzip":
             data = gzip.compress(data, compresslevel=6, mtime=0)
         path = f"{self.root}/{ref}"
         try:
             if self._local:
-                # Same content may be rewritten while someone reads it: write aside, rename.
+                # A reader must never see a half-written file: write aside, rename.
                 self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
                 tmp = f"{path}.{uuid.uuid4().hex}.tmp"
                 self.fs.pipe_file(tmp, data)
@@ -144,7 +143,7 @@ class OffloadBackend(WorkerStateBackend):
         try:
             data: bytes = self.fs.cat_file(f"{self.root}/{ref}")
         except FileNotFoundError:
-            raise BackendError(
+            raise OffloadedValueMissingError(
                 f"the offloaded value {ref} is missing from {self.url}; it was deleted outside "
                 "taskstate, or the base URL changed"
             ) from None
@@ -154,11 +153,8 @@ class OffloadBackend(WorkerStateBackend):
             data = gzip.decompress(data)
         return data.decode("utf-8")
 
-    def delete(self, namespace: str, key: str) -> None:
-        self._remove(f"{self.root}/{_digest(namespace)}/{_digest(key)}")
-
-    def clear(self, namespace: str) -> None:
-        self._remove(f"{self.root}/{_digest(namespace)}")
+    def discard(self, refs: list[str]) -> None:
+        self._remove_paths([f"{self.root}/{ref}" for ref in refs if _REF.fullmatch(ref)])
 
     def committed(self, namespace: str, key: str, ref: str) -> None:
         """`ref` is now in the database: prune the key's older objects past the grace period."""
@@ -194,15 +190,16 @@ class OffloadBackend(WorkerStateBackend):
         now = time.time()
         return [(path.rstrip("/"), now - _modified(info, now)) for path, info in found.items()]
 
-    def _remove(self, path: str) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            if self.fs.exists(path):
-                self.fs.rm(path, recursive=True)
-
     def _remove_paths(self, paths: list[str]) -> None:
-        if paths:
-            with contextlib.suppress(FileNotFoundError):  # another cleaner got there first
-                self.fs.rm(paths)
+        """Remove objects; one already gone (another cleaner got there first) is fine."""
+        if not self._local:
+            if paths:
+                with contextlib.suppress(FileNotFoundError):
+                    self.fs.rm(paths)  # object stores delete in bulk, missing keys included
+            return
+        for path in paths:
+            with contextlib.suppress(FileNotFoundError):
+                self.fs.rm_file(path)
 
 
 def _modified(info: dict[str, Any], now: float) -> float:
@@ -214,14 +211,3 @@ def _modified(info: dict[str, Any], now: float) -> float:
     except (TypeError, ValueError):
         value = math.nan
     return now if math.isnan(value) else value
-
-
-def sweep_orphans(store: StateStore, *, dry_run: bool = False) -> int:
-    """Remove offloaded objects whose rows are gone (`taskstate clean`); 0 without offload."""
-    from taskstate.store import stored_ref
-
-    worker = store.worker_backend
-    if not isinstance(worker, OffloadBackend):
-        return 0
-    live = {ref for row in store.backend.scan() if (ref := stored_ref(row.value)) is not None}
-    return worker.sweep(live, dry_run=dry_run)

@@ -48,6 +48,8 @@ T = TypeVar("T")
 TABLE = "taskstate_entries"
 VERSION_TABLE = "taskstate_schema_version"
 
+_HEX32 = "[0-9a-f]{32}"
+
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 # COLLATE "C": byte order, so a namespace prefix is an index range scan (and matches SQLite).
 MIGRATIONS: list[str] = [
@@ -62,6 +64,14 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX {TABLE}_expires ON {TABLE} (expires_at) WHERE expires_at IS NOT NULL;
     """,
+    # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows. And an
+    # offload reference, once a JSON object a user value could mimic, becomes "@taskstate-ref:…"
+    # (no JSON text starts with "@").
+    f"""
+    ALTER TABLE {TABLE} ADD COLUMN updated_by text;
+    UPDATE {TABLE} SET value = '@taskstate-ref:' || substr(value, 23, 98)
+        WHERE value ~ '^\\{{"__taskstate_ref__":"{_HEX32}/{_HEX32}/{_HEX32}"\\}}$';
+    """,
 ]
 
 # Serialises concurrent `migrate()` calls (pg_advisory_xact_lock key; "tsdb" in ASCII).
@@ -72,20 +82,21 @@ _CREATE_VERSION_TABLE = (
 )
 _CURRENT_VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"
 
-_GET = f"SELECT value, expires_at FROM {TABLE} WHERE namespace = %s AND key = %s"
+_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE namespace = %s AND key = %s"
 _LOCK = _GET + " FOR UPDATE"
 _SET = (
-    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at) "
-    "VALUES (%s, %s, %s, %s, %s) "
+    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
+    "VALUES (%s, %s, %s, %s, %s, %s) "
     "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
-    "expires_at = excluded.expires_at, updated_at = excluded.updated_at"
+    "expires_at = excluded.expires_at, updated_at = excluded.updated_at, "
+    "updated_by = excluded.updated_by"
 )
 _CREATE = (
-    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at) "
-    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (namespace, key) DO NOTHING"
+    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
+    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (namespace, key) DO NOTHING"
 )
 _UPDATE = (
-    f"UPDATE {TABLE} SET value = %s, expires_at = %s, updated_at = %s "
+    f"UPDATE {TABLE} SET value = %s, expires_at = %s, updated_at = %s, updated_by = %s "
     "WHERE namespace = %s AND key = %s"
 )
 _DELETE = f"DELETE FROM {TABLE} WHERE namespace = %s AND key = %s"
@@ -93,7 +104,7 @@ _CLEAR = f"DELETE FROM {TABLE} WHERE namespace = %s"
 _CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE namespace >= %s AND namespace < %s"
 _CLEAR_ALL = f"DELETE FROM {TABLE}"
 # Keyset pages: a scan of millions of rows never holds a cursor or a transaction open.
-_SCAN_COLUMNS = f"SELECT namespace, key, value, expires_at, updated_at FROM {TABLE} "
+_SCAN_COLUMNS = f"SELECT namespace, key, value, expires_at, updated_at, updated_by FROM {TABLE} "
 _SCAN_PAGE = _SCAN_COLUMNS + "WHERE (namespace, key) > (%s, %s) ORDER BY 1, 2 LIMIT %s"
 _SCAN_RANGE_PAGE = (
     _SCAN_COLUMNS + "WHERE namespace < %s AND (namespace, key) > (%s, %s) ORDER BY 1, 2 LIMIT %s"
@@ -341,14 +352,20 @@ class PostgresBackend(StateBackend):
             cursor = conn.hot()
             cursor.execute(_GET, (namespace, key), prepare=True)
             row = cursor.fetchone()
-            return None if row is None else Entry(row[0], row[1])
+            return None if row is None else Entry(*row)
 
         return self._run(op)
 
     def set(
-        self, namespace: str, key: str, value: str, expires_at: float | None, now: float
+        self,
+        namespace: str,
+        key: str,
+        value: str,
+        expires_at: float | None,
+        now: float,
+        updated_by: str | None = None,
     ) -> None:
-        params = (namespace, key, value, expires_at, now)
+        params = (namespace, key, value, expires_at, now, updated_by)
         self._run(lambda conn: conn.hot().execute(_SET, params, prepare=True))
 
     def delete(self, namespace: str, key: str) -> None:
@@ -376,17 +393,16 @@ class PostgresBackend(StateBackend):
                 try:
                     with conn.transaction():
                         row = conn.execute(_LOCK, (namespace, key), prepare=True).fetchone()
-                        new, result = fn(None if row is None else Entry(row[0], row[1]))
+                        new, result = fn(None if row is None else Entry(*row))
                         if new is None:
                             return result
                         if row is not None:
-                            conn.execute(
-                                _UPDATE,
-                                (new.value, new.expires_at, now, namespace, key),
-                                prepare=True,
-                            )
+                            params = (new.value, new.expires_at, now, new.updated_by)
+                            conn.execute(_UPDATE, (*params, namespace, key), prepare=True)
                         elif not conn.execute(
-                            _CREATE, (namespace, key, new.value, new.expires_at, now), prepare=True
+                            _CREATE,
+                            (namespace, key, new.value, new.expires_at, now, new.updated_by),
+                            prepare=True,
                         ).rowcount:
                             continue  # created concurrently: start over and lock that row
                         committing = True
@@ -395,6 +411,18 @@ class PostgresBackend(StateBackend):
                     if committing:
                         raise _CommitOutcomeUnknown() from exc
                     raise
+
+        return self._run(op)
+
+    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+        params = [
+            (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
+        ]
+
+        def op(conn: psycopg.Connection[Any]) -> int:
+            with conn.transaction(), conn.cursor() as cursor:
+                cursor.executemany(_SET if replace else _CREATE, params)
+                return cursor.rowcount
 
         return self._run(op)
 

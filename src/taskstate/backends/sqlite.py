@@ -32,6 +32,8 @@ T = TypeVar("T")
 
 TABLE = "taskstate_entries"
 
+_HEX32 = "[0-9a-f]" * 32
+
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 MIGRATIONS: list[str] = [
     f"""
@@ -46,22 +48,31 @@ MIGRATIONS: list[str] = [
     CREATE INDEX IF NOT EXISTS {TABLE}_expires
         ON {TABLE} (expires_at) WHERE expires_at IS NOT NULL;
     """,
+    # 2: who wrote each row last (the API's `last_updated_by`); NULL for older rows. And an
+    # offload reference, once a JSON object a user value could mimic, becomes "@taskstate-ref:…"
+    # (no JSON text starts with "@").
+    f"""
+    ALTER TABLE {TABLE} ADD COLUMN updated_by TEXT;
+    UPDATE {TABLE} SET value = '@taskstate-ref:' || substr(value, 23, 98)
+        WHERE value GLOB '{{"__taskstate_ref__":"{_HEX32}/{_HEX32}/{_HEX32}"}}'
+    """,
 ]
 
-_GET = f"SELECT value, expires_at FROM {TABLE} WHERE namespace = ? AND key = ?"
+_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE namespace = ? AND key = ?"
 _SET = (
-    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at) VALUES (?, ?, ?, ?, ?) "
+    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
+    "VALUES (?, ?, ?, ?, ?, ?) "
     "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
-    "expires_at = excluded.expires_at, updated_at = excluded.updated_at"
+    "expires_at = excluded.expires_at, updated_at = excluded.updated_at, "
+    "updated_by = excluded.updated_by"
 )
+_CREATE = _SET.partition(" ON CONFLICT")[0] + " ON CONFLICT (namespace, key) DO NOTHING"
 _DELETE = f"DELETE FROM {TABLE} WHERE namespace = ? AND key = ?"
 _CLEAR = f"DELETE FROM {TABLE} WHERE namespace = ?"
 _CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE namespace >= ? AND namespace < ?"
-_SCAN_ALL = f"SELECT namespace, key, value, expires_at, updated_at FROM {TABLE} ORDER BY 1, 2"
-_SCAN_RANGE = (
-    f"SELECT namespace, key, value, expires_at, updated_at FROM {TABLE} "
-    "WHERE namespace >= ? AND namespace < ? ORDER BY 1, 2"
-)
+_COLUMNS = "namespace, key, value, expires_at, updated_at, updated_by"
+_SCAN_ALL = f"SELECT {_COLUMNS} FROM {TABLE} ORDER BY 1, 2"
+_SCAN_RANGE = f"SELECT {_COLUMNS} FROM {TABLE} WHERE namespace >= ? AND namespace < ? ORDER BY 1, 2"
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= ?"
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
 # Bounded: one bound parameter however large the batch (stock SQLite caps variables at 999/32766).
@@ -146,12 +157,18 @@ class SQLiteBackend(StateBackend):
 
     def get(self, namespace: str, key: str) -> Entry | None:
         row = self._conn().execute(_GET, (namespace, key)).fetchone()
-        return None if row is None else Entry(row[0], row[1])
+        return None if row is None else Entry(*row)
 
     def set(
-        self, namespace: str, key: str, value: str, expires_at: float | None, now: float
+        self,
+        namespace: str,
+        key: str,
+        value: str,
+        expires_at: float | None,
+        now: float,
+        updated_by: str | None = None,
     ) -> None:
-        self._conn().execute(_SET, (namespace, key, value, expires_at, now))
+        self._conn().execute(_SET, (namespace, key, value, expires_at, now, updated_by))
 
     def delete(self, namespace: str, key: str) -> None:
         self._conn().execute(_DELETE, (namespace, key))
@@ -175,14 +192,28 @@ class SQLiteBackend(StateBackend):
         conn.execute("BEGIN IMMEDIATE")
         try:
             row = conn.execute(_GET, (namespace, key)).fetchone()
-            new, result = fn(None if row is None else Entry(row[0], row[1]))
+            new, result = fn(None if row is None else Entry(*row))
             if new is not None:
-                conn.execute(_SET, (namespace, key, new.value, new.expires_at, now))
+                conn.execute(_SET, (namespace, key, new.value, new.expires_at, now, new.updated_by))
         except BaseException:
             conn.execute("ROLLBACK")
             raise
         conn.execute("COMMIT")
         return result
+
+    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+        conn = self._conn()
+        params = [
+            (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
+        ]
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            written = conn.executemany(_SET if replace else _CREATE, params).rowcount
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
+        return written
 
     def scan(self, prefix: str = "") -> Iterator[Row]:
         conn = self._conn()

@@ -15,6 +15,10 @@ from importlib import metadata
 from taskstate.lint.rules import Advice
 
 NATIVE = (3, 3)
+SDK = (3, 0)  # from here taskstate can stand in for `airflow.sdk.ResumableJobMixin`
+# The opt-in that makes providers' durable=True resume on Airflow 3.0-3.2 (taskstate's mixin in
+# place of Airflow's stub); lint never sees the deployment's config, so it can only name it.
+PROVIDER_DURABLE = "[state_store] taskstate_provider_durable = True"
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,11 @@ class AirflowVersion:
         """True from 3.3, False below it, None when unknown."""
         return None if self.parts is None else self.parts >= NATIVE
 
+    @property
+    def provider_durable(self) -> bool:
+        """True on 3.0-3.2, where PROVIDER_DURABLE can make providers' durable=True resume."""
+        return self.parts is not None and SDK <= self.parts < NATIVE
+
     # --- what the advice and the "after" snippets say --------------------------------------
     def advice(self, kind: Advice) -> str:
         native = self.native
@@ -67,7 +76,11 @@ class AirflowVersion:
             Advice.MIXIN: "ResumableJobMixin",
         }[kind]
         if native is False:
-            noop = "; providers' durable=True does nothing there" if kind is Advice.MIXIN else ""
+            noop = ""
+            if kind is Advice.MIXIN and self.provider_durable:
+                noop = f"; providers' durable=True resumes there only with {PROVIDER_DURABLE}"
+            elif kind is Advice.MIXIN:
+                noop = "; providers' durable=True does nothing there"
             return (
                 f"Use {what} from taskstate: Airflow {self.label} has no state store "
                 f"(pip install taskstate[airflow]){noop}."

@@ -14,10 +14,10 @@ import click
 
 from taskstate.errors import ConfigError
 from taskstate.lint import config as lint_config
-from taskstate.lint import fixes, report_json, report_sarif, report_text
+from taskstate.lint import fixes, report_json, report_rules, report_sarif, report_text
 from taskstate.lint.airflow_version import AirflowVersion
 from taskstate.lint.engine import FileResult, lint_paths, lint_source
-from taskstate.lint.rules import RULES, Severity
+from taskstate.lint.rules import Severity
 
 EXIT_CLEAN, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
@@ -34,10 +34,10 @@ def _codes(values: tuple[str, ...]) -> tuple[str, ...]:
 @click.option(
     "--format",
     "output_format",
-    type=click.Choice(["text", "json", "sarif"]),
+    type=click.Choice(["text", "json", "sarif", "markdown"]),
     default="text",
     show_default=True,
-    help="Report format; sarif is SARIF 2.1.0 for code-scanning upload.",
+    help="Report format; sarif is SARIF 2.1.0 for code-scanning upload; markdown is for --rules.",
 )
 @click.option("--select", multiple=True, help="Only these codes or prefixes (e.g. TS1,TS501).")
 @click.option("--ignore", multiple=True, help="Skip these codes or prefixes.")
@@ -69,7 +69,8 @@ def _codes(values: tuple[str, ...]) -> tuple[str, ...]:
     "--rules",
     "list_rules",
     is_flag=True,
-    help="List every rule (code, severity, name, why) and exit.",
+    help="List every rule (code, severity, name, why) and exit; with --format markdown, "
+    "README's rule table.",
 )
 @click.option(
     "--color/--no-color",
@@ -97,10 +98,12 @@ def lint(
     Config: [tool.taskstate.lint] in pyproject.toml; silence one line with `# noqa: TS101`.
     """
     if list_rules:
-        for rule in RULES.values():
-            fixable = " (fixable)" if rule.fixable else ""
-            click.echo(f"{rule.code}  {rule.severity.value:<7}  {rule.name}{fixable}: {rule.why}")
+        if output_format not in ("text", "markdown"):
+            raise click.UsageError("--rules prints text or markdown")
+        click.echo(report_rules.markdown() if output_format == "markdown" else report_rules.text())
         return
+    if output_format == "markdown":
+        raise click.UsageError("--format markdown is for --rules; reports are text, json or sarif")
     targets = paths or (Path("."),)
     if color is None and os.environ.get("NO_COLOR"):  # the NO_COLOR convention
         color = False

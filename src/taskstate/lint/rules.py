@@ -196,9 +196,10 @@ RULES: dict[str, Rule] = _table(
         "TS406",
         "durable-noop-before-3-3",
         INFO,
-        "durable=True on {operator} has no effect on Airflow {version}",
-        "Providers' durable mode needs Airflow 3.3's state store; below 3.3 their shim always "
-        "submits a fresh job, so a retry after a crash pays for a duplicate.",
+        "durable=True on {operator} has no effect on Airflow {version}{unless}",
+        "Providers' durable mode needs Airflow 3.3's ResumableJobMixin and state store; below "
+        "3.3 their stand-in always submits a fresh job, so a retry after a crash pays for a "
+        "duplicate.",
         Advice.MIXIN,
     ),
     Rule(
@@ -265,6 +266,17 @@ RULES: dict[str, Rule] = _table(
         "possible early expiry: job id {key} is stored with the default retention",
         "Task state expires after [state_store] default_retention_days (30 by default); a job "
         "id that a late retry or a clear must still find needs retention=NEVER_EXPIRE.",
+        Advice.NONE,
+    ),
+    Rule(
+        "TS507",
+        "native-accessor-method",
+        E,
+        "{call} does not exist on Airflow {version}'s native accessor: {todo}",
+        "From Airflow 3.3 the task context holds Airflow's own accessors unless [state_store] "
+        "taskstate_mode = taskstate keeps taskstate's; they have only get, set, delete and clear "
+        "(asset accessors also their async forms), so the call raises AttributeError when the "
+        "task runs.",
         Advice.NONE,
     ),
     # --- TS6xx: timestamps ---------------------------------------------------------------------

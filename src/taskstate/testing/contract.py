@@ -38,6 +38,19 @@ class BackendContract:
         backend.set(NS, "never", "1", None, NOW)
         assert backend.get(NS, "never") == Entry("1", None)
 
+    def test_the_writer_is_stored_with_each_write(self, backend: StateBackend) -> None:
+        writer = '{"kind":"api","subject":"ops"}'
+        backend.set(NS, "k", "1", None, NOW, writer)
+        assert backend.get(NS, "k") == Entry("1", None, writer)
+        assert [r.updated_by for r in backend.scan(NS)] == [writer]
+        backend.set(NS, "k", "2", None, NOW)  # an unknown writer replaces a known one
+        assert backend.get(NS, "k") == Entry("2", None, None)
+        task = '{"kind":"task"}'
+        assert backend.transact(NS, "k", lambda e: (Entry("3", None, task), e), NOW) == Entry(
+            "2", None, None
+        )
+        assert backend.get(NS, "k") == Entry("3", None, task)
+
     def test_set_overwrites(self, backend: StateBackend) -> None:
         backend.set(NS, "k", "1", NOW + 1, NOW)
         backend.set(NS, "k", "2", None, NOW + 1)

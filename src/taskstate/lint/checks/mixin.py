@@ -6,6 +6,7 @@ import ast
 import re
 from collections.abc import Iterator
 
+from taskstate.lint.airflow_version import PROVIDER_DURABLE
 from taskstate.lint.checks.base import Context, with_note
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, is_false, is_true, keyword
@@ -248,21 +249,34 @@ def _durable(src: Source, ctx: Context) -> Iterator[Finding]:
         elif durable is not None and is_true(durable.value) and ctx.version.native is False:
             qual = src.qualname(call.func)
             if qual is not None and qual.startswith("airflow.providers."):
-                yield ctx.finding(
-                    src,
-                    "TS406",
-                    durable,
-                    operator=qual.split(".")[-1],
-                    version=ctx.version.label,
-                    before=src.excerpt(call, durable),
-                    after=(
-                        "# wrap the submit in your own operator with taskstate's mixin:\n"
-                        f"{ctx.version.mixin_import()}"
-                    ),
-                )
+                yield _durable_noop(src, ctx, call, durable, qual.split(".")[-1])
         default_args = keyword(call, "default_args")
         if default_args is not None:
             yield from _durable_in_dict(src, ctx, src.resolve(default_args.value))
+
+
+def _durable_noop(
+    src: Source, ctx: Context, call: ast.Call, durable: ast.keyword, operator: str
+) -> Finding:
+    after = (
+        "wrap the submit in your own operator with taskstate's mixin:\n"
+        f"{ctx.version.mixin_import()}"
+    )
+    unless = ""
+    if ctx.version.provider_durable:  # 3.0-3.2: taskstate can stand in for the 3.3 mixin
+        section, option = PROVIDER_DURABLE.split(" ", 1)
+        after = f"airflow.cfg, with taskstate installed:\n#   {section}\n#   {option}\n# or {after}"
+        unless = f" unless {PROVIDER_DURABLE}"
+    return ctx.finding(
+        src,
+        "TS406",
+        durable,
+        operator=operator,
+        version=ctx.version.label,
+        unless=unless,
+        before=src.excerpt(call, durable),
+        after="# " + after,
+    )
 
 
 def _durable_in_dict(src: Source, ctx: Context, value: ast.expr) -> Iterator[Finding]:

@@ -1,0 +1,426 @@
+"""The accessors a task uses: `TaskStateStore`, `AssetStateStore`, and taskstate's own
+per-task-instance markers (`MetaState`).
+
+Each accessor holds everything a call needs (namespace, backend, limits, the writer's identity)
+so get/set do no lookups beyond validating the input and one backend call.
+
+A write has one path: encode the value (pure: key, JSON and size rules), offload it when a
+worker backend is configured (object-store I/O, never inside a database transaction), then one
+backend write. Atomic updates run the pure part inside the backend's transaction; with
+offloading they compute and upload outside it and commit only if the row is still the one they
+read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from taskstate.backends.base import Entry, Row
+from taskstate.errors import KeyNotFoundError, PreconditionFailedError
+from taskstate.scope import AssetScope, TaskScope, task_prefix
+from taskstate.stored import (
+    DEFAULT_EXPIRY,
+    GONE,
+    KEEP_EXPIRY,
+    REF_PREFIX,
+    Expiry,
+    Page,
+    StoredEntry,
+    Writer,
+    canonical,
+    etag_of,
+    is_live,
+    stored_ref,
+    task_writer,
+    writer_text,
+)
+from taskstate.values import (
+    JsonValue,
+    check_key,
+    check_size,
+    encode_value,
+    expires_at,
+)
+
+if TYPE_CHECKING:
+    from taskstate.store import StateStore
+
+T = TypeVar("T")
+
+
+class _Accessor:
+    """What task and asset state share; subclasses differ in expiry and default writer."""
+
+    def __init__(
+        self, store: StateStore, scope: TaskScope | AssetScope, writer: Writer | None = None
+    ) -> None:
+        self.scope = scope
+        self._store = store
+        self._ns = scope.namespace
+        self._backend = store.backend
+        self._worker = store.worker_backend
+        self._clock = store.clock
+        self._limit = store.settings.max_value_storage_bytes
+        self._default_days = store.settings.default_retention_days
+        self._read = store._read
+        self._writer = writer_text(writer)
+
+    # -- reading --------------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of `key`, or `default` when it is absent or expired."""
+        check_key(key)
+        entry = self._backend.get(self._ns, key)
+        if entry is None or not is_live(entry.expires_at, self._clock()):
+            return default
+        value = self._read(self._ns, key, entry.value)
+        return default if value is GONE else value
+
+    def keys(self) -> list[str]:
+        """The live keys of this scope, ascending."""
+        return [row.key for row in self._rows()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(key, value) of every live key of this scope, ascending by key."""
+        values = ((row.key, self._read(self._ns, row.key, row.value)) for row in self._rows())
+        return [(key, value) for key, value in values if value is not GONE]
+
+    def entry(self, key: str) -> StoredEntry | None:
+        """`key` with its metadata (updated at/by, expiry, etag), or None if absent or expired."""
+        check_key(key)
+        # A scope holds few keys; the scan brings updated_at and the writer along.
+        return next((self._store.entry_of(r) for r in self._rows() if r.key == key), None)
+
+    def page(self, *, limit: int = 50, offset: int = 0, key_prefix: str = "") -> Page[StoredEntry]:
+        """Live keys in ascending order, `limit` from `offset`, optionally under `key_prefix`;
+        `total` counts every match."""
+        rows = [row for row in self._rows() if row.key.startswith(key_prefix)]
+        window = rows[offset : offset + limit] if limit >= 0 else []
+        entries = (self._store.entry_of(row) for row in window)
+        return Page([entry for entry in entries if entry is not None], len(rows))
+
+    def _rows(self) -> Iterator[Row]:
+        # A prefix scan of "…\x1f1" also matches map index 10: keep this namespace only.
+        return (row for row in self._store.live_rows(self._ns) if row.namespace == self._ns)
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _encode(self, key: str, value: object) -> str:
+        """The pure half of a write: key and value rules; the size rule unless offloaded."""
+        check_key(key)
+        text = encode_value(value)
+        if not self._offloads(text):
+            check_size(text, self._limit, key, offload_configured=self._worker is not None)
+        return text
+
+    def _offloads(self, text: str) -> bool:
+        worker = self._worker
+        return worker is not None and (
+            worker.threshold is None or len(text.encode("utf-8")) > worker.threshold
+        )
+
+    def _offload(self, key: str, text: str, uploaded: list[str]) -> str:
+        """The I/O half: put the value in object storage when configured; the row's text."""
+        if self._worker is None or not self._offloads(text):
+            return text
+        ref = self._worker.serialize_to_ref(self._ns, key, text)
+        uploaded.append(ref)
+        stored = REF_PREFIX + ref
+        check_size(stored, self._limit, key, offload_configured=True)
+        return stored
+
+    def _set(self, key: str, value: object, retention: object) -> None:
+        uploaded: list[str] = []
+        text = self._offload(key, self._encode(key, value), uploaded)
+        now = self._clock()
+        try:
+            self._backend.set(self._ns, key, text, self._expiry(retention, now), now, self._writer)
+        except BaseException:
+            self._store._discard(uploaded)
+            raise
+        if uploaded and self._worker is not None:
+            self._worker.committed(self._ns, key, uploaded[0])
+
+    def _expiry(self, retention: object, now: float) -> float | None:
+        return expires_at(retention, self._default_days, now)
+
+    def write(
+        self,
+        key: str,
+        value: object,
+        *,
+        expires_at: float | Expiry | None = DEFAULT_EXPIRY,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        must_exist: bool = False,
+    ) -> StoredEntry:
+        """Write with an absolute expiry and optional preconditions (the HTTP API's PUT/PATCH).
+
+        `expires_at`: epoch seconds, None (never), DEFAULT_EXPIRY or KEEP_EXPIRY (ignored for
+        assets, which never expire). `if_match`: only if the key's etag is this;
+        `if_none_match`: only if the key is absent; `must_exist`: only if present. A failed
+        precondition raises `PreconditionFailedError` / `KeyNotFoundError` and writes nothing.
+        """
+        uploaded: list[str] = []
+        text = self._offload(key, self._encode(key, value), uploaded)
+        now = self._clock()
+
+        def expiry(current: Entry | None) -> float | None:
+            if expires_at is KEEP_EXPIRY and current is not None:
+                return self._absolute(current.expires_at, now)
+            if isinstance(expires_at, Expiry):
+                return self._expiry(None, now)
+            return self._absolute(expires_at, now)
+
+        def step(entry: Entry | None) -> tuple[Entry, float | None]:
+            live = entry if entry is not None and is_live(entry.expires_at, now) else None
+            if must_exist and live is None:
+                raise KeyNotFoundError(f"no key {key!r} in {self.scope}")
+            if if_none_match and live is not None:
+                raise PreconditionFailedError(f"{key!r} already exists in {self.scope}")
+            if if_match is not None and (live is None or etag_of(live.value) != if_match):
+                raise PreconditionFailedError(
+                    f"{key!r} in {self.scope} changed since it was read (etag {if_match!r} no "
+                    "longer matches); read it again"
+                )
+            new = expiry(live)
+            return Entry(text, new, self._writer), new
+
+        try:
+            if (
+                if_match is None
+                and not if_none_match
+                and not must_exist
+                and (expires_at is not KEEP_EXPIRY)
+            ):
+                written = expiry(None)
+                self._backend.set(self._ns, key, text, written, now, self._writer)
+            else:
+                written = self._backend.transact(self._ns, key, step, now)
+        except BaseException:
+            self._store._discard(uploaded)
+            raise
+        updated_by = None if self._writer is None else json.loads(self._writer)
+        return StoredEntry(key, value, now, written, updated_by, etag_of(text))
+
+    def _absolute(self, expires: float | None, now: float) -> float | None:
+        return expires
+
+    def delete(self, key: str) -> None:
+        """Remove `key`; a no-op when it is absent."""
+        check_key(key)
+        old = self._backend.get(self._ns, key) if self._worker is not None else None
+        self._backend.delete(self._ns, key)
+        if old is not None and (ref := stored_ref(old.value)):
+            self._store._discard([ref])
+
+    def clear(self) -> None:
+        """Remove every key of this scope (a mapped task: this map index only)."""
+        refs = self._store._refs(self._ns, exact=True)
+        self._backend.clear(self._ns)
+        self._store._discard(refs)
+
+    def _update(self, key: str, fn: Callable[[Any], Any], default: Any, retention: object) -> Any:
+        check_key(key)
+
+        def decide(present: bool, current: Any) -> tuple[str, Any]:
+            new = fn(current if present else default)
+            return self._encode(key, new), new
+
+        return self._atomic(key, decide, retention)
+
+    def _compare_and_set(self, key: str, expected: Any, new: Any, retention: object) -> bool:
+        # `expected` obeys the value rules too: a tuple is refused, not taken for a list.
+        want = None if expected is None else canonical(encode_value(expected))
+        text = self._encode(key, new)
+
+        def decide(present: bool, current: Any) -> tuple[str | None, bool]:
+            have = canonical(encode_value(current)) if present else None
+            return (text, True) if have == want else (None, False)
+
+        return self._atomic(key, decide, retention)
+
+    def _atomic(
+        self, key: str, decide: Callable[[bool, Any], tuple[str | None, T]], retention: object
+    ) -> T:
+        """Read-modify-write of one key. `decide(present, current)` returns the encoded new
+        value (None: write nothing) and the result. Without offloading it runs inside the
+        backend's transaction; with it, the upload happens outside and the write commits only
+        if the row is still the one that was read (else everything runs again)."""
+        if self._worker is None:
+
+            def step(entry: Entry | None) -> tuple[Entry | None, T]:
+                now = self._clock()
+                live = entry is not None and is_live(entry.expires_at, now)
+                text, result = decide(
+                    live, self._store.load_value(entry.value) if live and entry else None
+                )
+                if text is None:
+                    return None, result
+                return Entry(text, self._expiry(retention, now), self._writer), result
+
+            return self._backend.transact(self._ns, key, step, self._clock())
+        while True:
+            seen = self._backend.get(self._ns, key)
+            now = self._clock()
+            current = GONE
+            if seen is not None and is_live(seen.expires_at, now):
+                current = self._read(self._ns, key, seen.value)
+            text, result = decide(current is not GONE, None if current is GONE else current)
+            if text is None:
+                return result
+            uploaded: list[str] = []
+            stored = self._offload(key, text, uploaded)
+            entry = Entry(stored, self._expiry(retention, now), self._writer)
+            if self._commit_if_unchanged(key, seen, entry, uploaded):
+                return result
+
+    def _commit_if_unchanged(
+        self, key: str, seen: Entry | None, entry: Entry, uploaded: list[str]
+    ) -> bool:
+        def step(current: Entry | None) -> tuple[Entry | None, bool]:
+            return (entry, True) if current == seen else (None, False)
+
+        try:
+            done = self._backend.transact(self._ns, key, step, self._clock())
+        except BaseException:
+            self._store._discard(uploaded)
+            raise
+        if not done:
+            self._store._discard(uploaded)
+        elif seen is not None and (old := stored_ref(seen.value)):
+            self._store._discard([old])
+        return done
+
+    # -- async twins ----------------------------------------------------------------------
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        return await asyncio.to_thread(self.get, key, default)
+
+    async def adelete(self, key: str) -> None:
+        await asyncio.to_thread(self.delete, key)
+
+    async def aclear(self) -> None:
+        await asyncio.to_thread(self.clear)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.scope!r}>"
+
+
+class TaskStateStore(_Accessor):
+    """Key/value state of one task instance, shared by all of its tries.
+
+    `retention`: None → `[state_store] default_retention_days` (0 = never), a `timedelta`,
+    or `NEVER_EXPIRE`. An expired key reads as absent.
+    """
+
+    scope: TaskScope
+
+    def __init__(self, store: StateStore, scope: TaskScope, writer: Writer | None = None) -> None:
+        super().__init__(store, scope, task_writer(scope) if writer is None else writer)
+
+    def set(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
+        """Store `value` (JSON, within the size limit) under `key`, replacing any value.
+
+        Nothing is written when a rule refuses the value; the error names what to change.
+        """
+        self._set(key, value, retention)
+
+    def update(
+        self,
+        key: str,
+        fn: Callable[[Any], JsonValue],
+        *,
+        default: Any = None,
+        retention: timedelta | None = None,
+    ) -> Any:
+        """Atomically replace the value with `fn(current or default)`; returns the new value.
+
+        Concurrent updaters of the same key (other threads, processes, machines) never lose
+        an update. `fn` may run more than once, so keep it free of side effects.
+        """
+        return self._update(key, fn, default, retention)
+
+    def compare_and_set(
+        self,
+        key: str,
+        expected: JsonValue | None,
+        new: JsonValue,
+        *,
+        retention: timedelta | None = None,
+    ) -> bool:
+        """Write `new` only if the current value equals `expected` (None = key absent).
+
+        `expected` follows the value rules (a tuple is refused, not taken for a list)."""
+        return self._compare_and_set(key, expected, new, retention)
+
+    def clear(self, *, all_map_indices: bool = False) -> None:
+        """Remove every key of this task instance; `all_map_indices=True`: of every map index
+        of the task in this run (as Airflow's `clear(all_map_indices=True)`)."""
+        if not all_map_indices:
+            super().clear()
+            return
+        scope = self.scope
+        prefix = task_prefix(scope.dag_id, scope.run_id, scope.task_id)
+        refs = self._store._refs(prefix)
+        self._backend.clear_prefix(prefix)
+        self._store._discard(refs)
+
+    async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
+        await asyncio.to_thread(self._set, key, value, retention)
+
+
+class AssetStateStore(_Accessor):
+    """Key/value state of one asset, shared by every task and DAG run that declares it.
+
+    Asset state never expires.
+    """
+
+    scope: AssetScope
+
+    def _expiry(self, retention: object, now: float) -> float | None:
+        return None
+
+    def _absolute(self, expires: float | None, now: float) -> float | None:
+        return None
+
+    def set(self, key: str, value: JsonValue) -> None:
+        """Store `value` (JSON, within the size limit) under `key`, replacing any value."""
+        self._set(key, value, None)
+
+    def update(self, key: str, fn: Callable[[Any], JsonValue], *, default: Any = None) -> Any:
+        """Atomically replace the value with `fn(current or default)`; see TaskStateStore."""
+        return self._update(key, fn, default, None)
+
+    def compare_and_set(self, key: str, expected: JsonValue | None, new: JsonValue) -> bool:
+        """Write `new` only if the current value equals `expected` (None = key absent)."""
+        return self._compare_and_set(key, expected, new, None)
+
+    async def aset(self, key: str, value: JsonValue) -> None:
+        await asyncio.to_thread(self._set, key, value, None)
+
+
+class MetaState:
+    """taskstate's own per-task-instance markers, beside (never inside) the user's keys: not
+    listed, exported or counted as state, and expiring with the default retention."""
+
+    def __init__(self, store: StateStore, scope: TaskScope) -> None:
+        self._store = store
+        self._ns = scope.meta_namespace
+
+    def get(self, key: str) -> Any:
+        entry = self._store.backend.get(self._ns, key)
+        return None if entry is None else json.loads(entry.value)
+
+    def set(self, key: str, value: JsonValue) -> None:
+        now = self._store.clock()
+        days = self._store.settings.default_retention_days
+        text = encode_value(value)
+        self._store.backend.set(self._ns, key, text, expires_at(None, days, now), now)
+
+    def clear(self) -> None:
+        self._store.backend.clear(self._ns)

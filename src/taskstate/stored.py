@@ -1,0 +1,93 @@
+"""What a stored row means: the offload-reference format, the expiry rule, the writer's
+identity, version tags, and the shapes listings return. Pure functions and data only."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any, Final, Generic, TypeVar
+
+from taskstate.scope import TaskScope
+from taskstate.values import decode_value
+
+T = TypeVar("T")
+
+# An offloaded value's row holds REF_PREFIX + reference. Encoded JSON never starts with "@",
+# so no user value can pass for a reference. (Before schema 2 a reference was a JSON object
+# that a user value could mimic; schema migration 2 rewrites those rows.)
+REF_PREFIX: Final = "@taskstate-ref:"
+
+
+GONE: Final = object()  # `_read`: the row was deleted while its value was being read
+
+
+class Expiry:
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __repr__(self) -> str:
+        return self._name
+
+
+DEFAULT_EXPIRY: Final = Expiry("DEFAULT_EXPIRY")
+"""`write(expires_at=DEFAULT_EXPIRY)`: `[state_store] default_retention_days` from now."""
+KEEP_EXPIRY: Final = Expiry("KEEP_EXPIRY")
+"""`write(expires_at=KEEP_EXPIRY)`: the key's current expiry (the default for a new key)."""
+
+Writer = dict[str, Any]
+"""Who wrote a key: `{"kind": "task", "dag_id", "run_id", "task_id", "map_index"}` or
+`{"kind": "api", "subject": ...}` — the HTTP API's `last_updated_by`."""
+
+
+def task_writer(scope: TaskScope) -> Writer:
+    """The writer identity of a task instance (what its own writes record)."""
+    return {
+        "kind": "task",
+        "dag_id": scope.dag_id,
+        "run_id": scope.run_id,
+        "task_id": scope.task_id,
+        "map_index": scope.map_index,
+    }
+
+
+def stored_ref(text: str) -> str | None:
+    """The offload reference a stored value holds, or None for an inline value."""
+    return text[len(REF_PREFIX) :] if text.startswith(REF_PREFIX) else None
+
+
+def etag_of(text: str) -> str:
+    """An opaque version tag of a stored value: it changes whenever the value does."""
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+
+
+def writer_text(writer: Writer | None) -> str | None:
+    return None if writer is None else json.dumps(writer, separators=(",", ":"), sort_keys=True)
+
+
+def is_live(expires: float | None, now: float) -> bool:
+    """The expiry rule, in its one place: a key is absent from the moment it expires."""
+    return expires is None or expires > now
+
+
+@dataclass(frozen=True)
+class StoredEntry:
+    """A live key with what the API and UI show beside its value."""
+
+    key: str
+    value: Any
+    updated_at: float
+    expires_at: float | None
+    updated_by: Writer | None
+    etag: str
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    items: list[T]
+    total: int
+
+
+def canonical(text: str) -> str:
+    """Equality as JSON sees it: key order ignored, `True` != `1`, `1.0` != `1`."""
+    return json.dumps(decode_value(text), sort_keys=True, separators=(",", ":"))

@@ -1,0 +1,62 @@
+"""A throwaway Redis server (Debian's `redis-server`, installed on first use when we are root)
+on 127.0.0.1 and a free port, for the Celery broker and result backend; killed at the end."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from tests.postgres_server import free_port
+
+
+def _binary() -> str:
+    for _ in range(2):
+        found = shutil.which("redis-server")
+        if found:
+            return found
+        if os.geteuid() != 0:
+            break
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
+        subprocess.run(
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "redis-server"],
+            check=True,
+            env=env,
+        )
+    raise RuntimeError("redis-server not found: apt-get install redis-server (as root)")
+
+
+@contextmanager
+def running_redis() -> Iterator[str]:
+    """Yields `redis://127.0.0.1:<port>`."""
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="taskstate-redis-")
+    proc = subprocess.Popen(
+        [_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+         "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
+                    sock.sendall(b"PING\r\n")
+                    if sock.recv(16).startswith(b"+PONG"):
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("redis-server did not start")
+            time.sleep(0.1)
+        yield f"redis://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait()
+        shutil.rmtree(workdir, ignore_errors=True)
