@@ -49,8 +49,6 @@ NO_RUN = "skipped: DAG run gone"
 NO_TI = "skipped: task instance gone"
 NO_ASSET = "skipped: no active asset"
 OUTCOMES = (COPIED, UNCHANGED, CONFLICT, NO_RUN, NO_TI, NO_ASSET)
-# Outcomes that leave a scope "accounted for" (a conflict is reported and decided by a person).
-_SETTLED = frozenset({COPIED, UNCHANGED, CONFLICT, NO_RUN, NO_TI})
 
 
 @dataclass
@@ -223,17 +221,18 @@ def migrate(
 ) -> Report:
     """Copy live state into Airflow's store; see the module docstring for the rules."""
     report = Report()
-    scope_outcomes: dict[TaskScope, set[str]] = {}
+    seen: set[TaskScope] = set()
     for scope, entry in _entries(store, prefixes):
-        outcome = _one(store, airflow, scope, entry, report, dry_run)
-        report.counts[outcome] += 1
+        report.counts[_one(store, airflow, scope, entry, report, dry_run)] += 1
         if isinstance(scope, TaskScope):
-            scope_outcomes.setdefault(scope, set()).add(outcome)
+            seen.add(scope)
         on_key()
     if not dry_run:
-        for task_scope, outcomes in scope_outcomes.items():
-            if outcomes <= _SETTLED:
-                store.meta(task_scope).set(MIGRATED_KEY, store.clock())
+        # Every key of these task instances is accounted for (copied, already there, a
+        # conflict reported, or its run gone). Written last: a killed run marks nothing, and
+        # the marker expires with taskstate's default retention (a rerun marks again).
+        for task_scope in seen:
+            store.meta(task_scope).set(MIGRATED_KEY, store.clock())
     return report
 
 
