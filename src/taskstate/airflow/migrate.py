@@ -223,7 +223,7 @@ def migrate(
     report = Report()
     seen: set[TaskScope] = set()
     for scope, entry in _entries(store, prefixes):
-        report.counts[_one(store, airflow, scope, entry, report, dry_run)] += 1
+        report.counts[_one(airflow, scope, entry, report, dry_run)] += 1
         if isinstance(scope, TaskScope):
             seen.add(scope)
         on_key()
@@ -237,7 +237,6 @@ def migrate(
 
 
 def _one(
-    store: StateStore,
     airflow: AirflowStore,
     scope: TaskScope | AssetScope,
     entry: StoredEntry,
