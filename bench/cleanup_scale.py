@@ -23,7 +23,6 @@ from tests.expired_rows import load
 from tests.postgres_server import running_server
 
 from taskstate import StateStore, TaskScope
-from taskstate.cleanup import clean
 from taskstate.settings import Settings
 
 
@@ -57,7 +56,7 @@ def run(kind: str, url: str, rows: int, batch: int) -> dict[str, float]:
     time.sleep(3.0)  # the writer's baseline, before cleanup
     with StateStore(url, settings=Settings()) as store:
         started = time.perf_counter()
-        result = clean(store, batch_size=batch)
+        result = store.cleanup(batch_size=batch)
         ended = time.perf_counter()
     time.sleep(0.5)
     stop.set()

@@ -13,7 +13,6 @@ import pytest
 from tests.conftest import Clock
 
 from taskstate import NEVER_EXPIRE, AssetScope, StateStore, TaskScope
-from taskstate.cleanup import clean
 from taskstate.errors import InvalidRetentionError, InvalidScopeError, InvalidValueError
 from taskstate.settings import Settings
 
@@ -91,7 +90,7 @@ def test_a_never_expiring_key_outlives_every_cleanup(store: StateStore, clock: C
     acc.set("ours", 2, retention=NEVER_EXPIRE)
     acc.set("finite", 3, retention=timedelta(days=1))
     clock.now += 7000 * 365 * DAY  # the year ~8800: every finite retention has run out
-    assert clean(store).deleted == 1
+    assert store.cleanup().deleted == 1
     assert (acc.get("airflow"), acc.get("ours"), acc.get("finite")) == (1, 2, None)
 
 

@@ -298,13 +298,18 @@ class _Accessor:
 
     # -- async twins ----------------------------------------------------------------------
 
+    # Thread offload keeps one implementation of each operation; the event loop never blocks.
+
     async def aget(self, key: str, default: Any = None) -> Any:
+        """`get` for async code (deferrable operators, triggers)."""
         return await asyncio.to_thread(self.get, key, default)
 
     async def adelete(self, key: str) -> None:
+        """`delete` for async code."""
         await asyncio.to_thread(self.delete, key)
 
     async def aclear(self) -> None:
+        """`clear` for async code."""
         await asyncio.to_thread(self.clear)
 
     def __repr__(self) -> str:
@@ -371,6 +376,7 @@ class TaskStateStore(_Accessor):
         self._store._discard(refs)
 
     async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
+        """`set` for async code."""
         await asyncio.to_thread(self._set, key, value, retention)
 
 
@@ -401,6 +407,7 @@ class AssetStateStore(_Accessor):
         return self._compare_and_set(key, expected, new, None)
 
     async def aset(self, key: str, value: JsonValue) -> None:
+        """`set` for async code."""
         await asyncio.to_thread(self._set, key, value, None)
 
 

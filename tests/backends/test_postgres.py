@@ -312,3 +312,25 @@ def test_cli_db_migrate_and_check_on_postgres(fresh_postgres_url: str) -> None:
     assert run("db", "check").returncode == 0
     assert run("task", "set", *scope, "k", "1").returncode == 0
     assert run("task", "get", *scope, "k").stdout.strip() == "1"
+
+
+def test_schema_2_keeps_version_1_rows_and_rewrites_legacy_references(
+    fresh_postgres_url: str,
+) -> None:
+    ref = "/".join(["a" * 32, "b" * 32, "c" * 32])
+    legacy = '{"__taskstate_ref__":"' + ref + '"}'
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        conn.execute(MIGRATIONS[0])
+        conn.execute(
+            "CREATE TABLE taskstate_schema_version (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        conn.execute("INSERT INTO taskstate_schema_version (version) VALUES (1)")
+        rows = [("ns", "ref", legacy), ("ns", "user", '{"__taskstate_ref__":"not one"}')]
+        for row in rows:
+            conn.execute("INSERT INTO taskstate_entries VALUES (%s, %s, %s, NULL, 1.0)", row)
+    backend = PostgresBackend(fresh_postgres_url)
+    assert backend.migrate() == list(range(2, len(MIGRATIONS) + 1))
+    assert backend.get("ns", "ref") == Entry("@taskstate-ref:" + ref, None, None)
+    assert backend.get("ns", "user") == Entry('{"__taskstate_ref__":"not one"}', None, None)
+    backend.close()

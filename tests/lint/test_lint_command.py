@@ -394,3 +394,31 @@ def test_config_is_found_from_the_linted_path_not_the_working_directory(
     elsewhere = tmp_path_factory.mktemp("elsewhere")
     code, out = run("--format", "json", str(project / "dags"), cwd=elsewhere)
     assert (code, codes_from_json(out)) == (0, [])
+
+
+def test_an_installed_airflow_3_3_is_a_3_3_target_for_ts507(project: Path) -> None:
+    """No --airflow-version: the installed distribution's metadata (never Airflow itself)."""
+    site = project / "site"
+    info = site / "apache_airflow_core-3.3.2.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: apache-airflow-core\nVersion: 3.3.2\n"
+    )
+    write(
+        project / "dag.py",
+        "from airflow.sdk import task\n@task\ndef f(task_state_store=None):\n"
+        '    task_state_store.update("n", lambda n: n + 1, default=0)\n',
+    )
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    out = subprocess.run(
+        [sys.executable, "-m", "taskstate.lint", "--format", "json", "dag.py"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    assert out.returncode == 1, out.stderr
+    data = json.loads(out.stdout)
+    assert data["airflow_version"] == {"version": "3.3", "source": "installed"}
+    assert codes_from_json(out.stdout) == ["4 TS507"]

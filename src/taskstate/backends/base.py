@@ -116,14 +116,16 @@ class StateBackend(ABC):
         )
 
     @abstractmethod
-    def count_expired(self, now: float) -> int: ...
+    def count_expired(self, now: float) -> int:
+        """How many rows have `expires_at <= now` (what cleanup would delete)."""
 
     @abstractmethod
     def delete_expired(self, now: float, limit: int) -> int:
         """Delete up to `limit` rows with expires_at <= now (0 = all, one statement)."""
 
     @abstractmethod
-    def schema_status(self) -> SchemaStatus: ...
+    def schema_status(self) -> SchemaStatus:
+        """The schema version in the database and the one this code needs."""
 
     @abstractmethod
     def migrate(self) -> list[int]:
