@@ -6,11 +6,11 @@ from __future__ import annotations
 import multiprocessing
 import os
 import random
-import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from taskstate.airflow import ObjectStorageStateBackend
@@ -98,21 +98,26 @@ def test_bad_reference_and_missing_url(tmp_path: Path, monkeypatch: pytest.Monke
         ObjectStorageStateBackend()
 
 
-def _racer(root: str, rows: str, seed: int, until: float, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+def _racer(root: str, url: str, seed: int, until: float, results: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
     """Airflow's accessor order against a real row table: set = object then row; delete = row
     then backend.delete; get = row then object. A committed row whose object is gone is a loss.
-    The grace period (2 s here, an hour by default) must outlast the object-to-row window of a
-    set; the run lasts long enough for objects to outgrow it and be removed by `delete`."""
+    The grace period (3 s here, an hour by default) must outlast the object-to-row window of a
+    set; the run lasts long enough for objects to outgrow it and be removed by `delete`. The
+    rows live in PostgreSQL, as Airflow's do (row locks: no writer waits for seconds, which a
+    SQLite file under two busy writers does)."""
     backend = ObjectStorageStateBackend(f"file://{root}", compression="none", storage_options={},
-                                        keep_versions_s=2.0)  # fmt: skip
-    db = sqlite3.connect(rows, timeout=30, isolation_level=None)
+                                        keep_versions_s=3.0)  # fmt: skip
+    db = psycopg.connect(url, autocommit=True)
     rng = random.Random(seed)
     losses = sets = 0
     while time.time() < until:
         op = rng.random()
         if op < 0.45:
             ref = backend.serialize_task_state_store_to_ref(value=[seed], key="k", scope=Scope())
-            db.execute("INSERT OR REPLACE INTO rows VALUES ('k', ?)", (ref,))
+            db.execute(
+                "INSERT INTO rows VALUES ('k', %s) ON CONFLICT (key) DO UPDATE SET ref = %s",
+                (ref, ref),
+            )
             sets += 1
         elif op < 0.75:
             db.execute("DELETE FROM rows WHERE key = 'k'")
@@ -129,15 +134,18 @@ def _racer(root: str, rows: str, seed: int, until: float, results: multiprocessi
     results.put((losses, sets))
 
 
-def test_set_racing_delete_never_leaves_a_row_without_its_object(tmp_path: Path) -> None:
-    rows = str(tmp_path / "rows.db")
-    with sqlite3.connect(rows) as db:
+@pytest.mark.postgres
+def test_set_racing_delete_never_leaves_a_row_without_its_object(
+    tmp_path: Path, fresh_postgres_url: str
+) -> None:
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as db:
         db.execute("CREATE TABLE rows (key TEXT PRIMARY KEY, ref TEXT)")
-    until = time.time() + 6.0
+    until = time.time() + 8.0
     results: multiprocessing.Queue = multiprocessing.Queue()  # type: ignore[type-arg]
+    objects = str(tmp_path / "objects")
     procs = [
         multiprocessing.Process(
-            target=_racer, args=(str(tmp_path / "objects"), rows, i, until, results)
+            target=_racer, args=(objects, fresh_postgres_url, i, until, results)
         )
         for i in range(2)
     ]
@@ -150,7 +158,8 @@ def test_set_racing_delete_never_leaves_a_row_without_its_object(tmp_path: Path)
     # delete() did remove objects (those past the grace period) while the race ran.
     left = len(_backend(tmp_path / "objects").objects())
     assert left < sum(sets for _, sets in outcomes) - 10
-    row = sqlite3.connect(rows).execute("SELECT ref FROM rows").fetchone()
+    with psycopg.connect(fresh_postgres_url) as db:
+        row = db.execute("SELECT ref FROM rows").fetchone()
     if row is not None:  # the last committed row still resolves
         value = _backend(tmp_path / "objects").deserialize_task_state_store_from_ref(row[0])
         assert value in ([0], [1])

@@ -177,7 +177,7 @@ class ObjectStorageStateBackend:
         return data.decode("utf-8")
 
     def objects(self, under: str | None = None) -> list[tuple[str, float]]:
-        """(ref, age in seconds) of every object under `under` (default: all); unknown age = 0."""
+        """(ref, modified time) of every object under `under` (default: all); unknown = now."""
         base = under or self.root
         with contextlib.suppress(AttributeError):
             self.fs.invalidate_cache(base)  # object-store listings are cached
@@ -187,12 +187,16 @@ class ObjectStorageStateBackend:
             return []
         now = time.time()
         start = len(self.root) + 1
-        return [
-            (path.rstrip("/")[start:], now - _modified(info, now)) for path, info in found.items()
-        ]
+        return [(path.rstrip("/")[start:], _modified(info, now)) for path, info in found.items()]
+
+    def cutoff(self) -> float:
+        """Objects modified before this are past the grace period. Taken when an operation
+        starts, so a stall inside it (listing a large prefix) cannot age a new object into it."""
+        return time.time() - self.keep_versions_s
 
     def _remove_old(self, under: str) -> None:
-        self.remove([ref for ref, age in self.objects(under) if age >= self.keep_versions_s])
+        cutoff = self.cutoff()
+        self.remove([ref for ref, modified in self.objects(under) if modified < cutoff])
 
     def remove(self, refs: list[str]) -> None:
         if refs:
@@ -264,12 +268,13 @@ def sweep(backend: ObjectStorageStateBackend, *, dry_run: bool = False) -> Sweep
     """Expired rows out (Airflow's own cleanup), then objects no row references, past grace."""
     from airflow.state import get_state_backend
 
+    cutoff = backend.cutoff()
     if not dry_run:
         get_state_backend().cleanup()  # Airflow's retention: `expires_at < now` task rows
-    listed = backend.objects()  # listed before the refs are read: a new object is young
+    listed = backend.objects()  # listed before the refs are read: a newer object is young
     live = _live_refs()
-    unreferenced = [(ref, age) for ref, age in listed if ref not in live]
-    old = [ref for ref, age in unreferenced if age >= backend.keep_versions_s]
+    unreferenced = [(ref, modified) for ref, modified in listed if ref not in live]
+    old = [ref for ref, modified in unreferenced if modified < cutoff]
     if not dry_run:
         backend.remove(old)
     return SweepResult(
