@@ -109,8 +109,8 @@ def headline() -> str:
 
     clauses = []
     for label, a, b in (
-        ("SQLite, both committing with synchronous=FULL: Airflow's metadata DB vs taskstate's "
-         "file at `?synchronous=full`", "A", "B-3.2-full"),
+        ("SQLite, both WAL with synchronous=FULL: Airflow's metadata DB vs taskstate's file "
+         "at `?synchronous=full`", "A", "B-3.2-full"),
         ("taskstate's default file (WAL, synchronous=NORMAL: survives a killed process, not a "
          "power cut) against the same A", "A", "B-3.2"),
         ("PostgreSQL, one server with fsync on: Airflow's metadata DB vs taskstate's backend",
@@ -128,6 +128,11 @@ def headline() -> str:
         clauses.append(
             f"the skill's `etl_with_checkpoint` over 10,000 records {etl} (SQLite, FULL)"
         )
+    deletion = "clean 100,000 expired rows: the deletion, as the command times it"
+    for label, a, b in (("SQLite", "A", "B-3.2-full"), ("PostgreSQL", "A-pg", "B-3.2-pg")):
+        cleaned = pair("cleanup", deletion, a, b, "wall")
+        if cleaned:
+            clauses.append(f"deleting 100,000 expired rows ({label}, the deletion alone) {cleaned}")
     crash = data["sides"].get("A", {}).get("workloads", {}).get("crash", {}).get("results", {})
     ours = data["sides"].get("B-3.2", {}).get("workloads", {}).get("crash", {}).get("results", {})
     if crash.get("after_submit") and ours.get("after_submit"):

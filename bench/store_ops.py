@@ -6,7 +6,9 @@ same process, measured interleaved (rounds of 500 calls, each side in turn):
 - raw sqlite3 on a minimal key/value table, `(k TEXT PRIMARY KEY, v TEXT)` (what a store
   without an expiry column and index pays);
 
-both files WAL, synchronous=NORMAL like ours; and our get latency at 1k vs 1M keys.
+both files WAL, synchronous=NORMAL like ours; our get latency at 1k vs 1M keys; and what
+metrics cost (`taskstate.metrics`): the same accessor with metrics off, and with StatsD on
+(aggregated in-process, flushed to a real UDP socket every second), interleaved.
 
     .venv/bin/python bench/store_ops.py [--n 20000] [--big 1000000]
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import socket
 import sqlite3
 import tempfile
 import time
@@ -26,6 +29,7 @@ from record import meta, save
 
 from taskstate import StateStore, TaskScope, TaskStateStore
 from taskstate.backends.sqlite import _GET, _SET, MIGRATIONS
+from taskstate.metrics import Metrics, MetricsSettings, StatsdSink
 from taskstate.scope import task_prefix
 from taskstate.settings import Settings
 
@@ -97,12 +101,61 @@ def fill(path: Path, count: int) -> None:
     conn.close()
 
 
+def metrics_overhead(tmp: Path, n: int) -> dict[str, Any]:
+    """get/set on one file, interleaved: an accessor built directly (`TaskStateStore(...)`, the
+    baseline: no metrics code anywhere), one from a store with metrics off, one with StatsD on."""
+    listener = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)  # receives, never read
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    statsd = MetricsSettings(statsd_on=True, statsd_host="127.0.0.1", statsd_port=port)
+    url = f"sqlite:///{tmp}/metrics.db"
+    off_store = StateStore(url, settings=Settings(), metrics=Metrics())
+    off = off_store.task_state(SCOPE)
+    plain = TaskStateStore(StateStore(url, settings=Settings(), metrics=Metrics()), SCOPE)
+    on_metrics = Metrics([StatsdSink(statsd)], flush_seconds=1.0)
+    on = StateStore(url, settings=Settings(), metrics=on_metrics).task_state(SCOPE)
+    assert type(off) is TaskStateStore and type(on) is not TaskStateStore
+    value = {"cursor": 12345, "file": "s3://bucket/part-0001.parquet"}
+    figures: dict[str, Any] = {}
+    for op, fns in (
+        ("set", [lambda i, a=a: a.set(f"k{i % 100}", value) for a in (plain, off, on)]),
+        ("get", [lambda i, a=a: a.get(f"k{i % 100}") for a in (plain, off, on)]),
+    ):
+        for fn in fns:
+            percentiles(fn, 2000)
+        (b50, b95), (f50, f95), (s50, s95) = interleaved(fns, n)
+        figures[op] = {
+            "plain": {"p50_us": b50, "p95_us": b95},
+            "off": {"p50_us": f50, "p95_us": f95},
+            "statsd": {"p50_us": s50, "p95_us": s95},
+        }
+    on_metrics.close()
+    listener.close()
+    print(f"\nmetrics cost vs an accessor built directly, n={n}, interleaved, p50 (p95)")
+    print(f"{'op':4} {'plain':>15} {'off':>15} {'statsd on':>15} {'off ratio':>10} {'on ratio':>9}")
+    for op, by in figures.items():
+        b, f, s = (by[side] for side in ("plain", "off", "statsd"))
+        print(
+            f"{op:4} {b['p50_us']:6.1f}µ ({b['p95_us']:5.1f}) {f['p50_us']:6.1f}µ "
+            f"({f['p95_us']:5.1f}) {s['p50_us']:6.1f}µ ({s['p95_us']:5.1f}) "
+            f"{f['p50_us'] / b['p50_us']:9.3f}× {s['p50_us'] / b['p50_us']:8.3f}×"
+        )
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=20000, help="operations per measurement")
     parser.add_argument("--big", type=int, default=1_000_000, help="keys in the large store")
+    parser.add_argument("--metrics-only", action="store_true", help="only the metrics cost")
     args = parser.parse_args()
     tmp = Path(tempfile.mkdtemp())
+    if args.metrics_only:
+        started = meta()
+        figures = {"n": args.n, "metrics": metrics_overhead(tmp, args.n)}
+        command = f"bench/store_ops.py --metrics-only --n {args.n}"
+        save("store_ops_metrics", figures, command=command, started=started)
+        return
 
     started = meta()
     ours = StateStore(f"sqlite:///{tmp}/ours.db", settings=Settings()).task_state(SCOPE)
@@ -187,6 +240,7 @@ def main() -> None:
         str(count): {"p50_us": p50, "p95_us": p95}
         for count, (p50, p95) in zip(sizes, gets, strict=True)
     }
+    figures["metrics"] = metrics_overhead(tmp, args.n)
     command = f"bench/store_ops.py --n {args.n} --big {args.big}"
     save("store_ops", figures, command=command, started=started)
 

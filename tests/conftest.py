@@ -1,13 +1,28 @@
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from tests.postgres_server import PostgresServer, running_server
 
 from taskstate import StateStore
 from taskstate.settings import Settings
+
+# Hypothesis in CI: the same examples on every run (derandomized) and a fixed budget, so a
+# failure reproduces and the suite's time is bounded. `HYPOTHESIS_PROFILE=explore` for more.
+settings.register_profile(
+    "ci",
+    derandomize=True,
+    max_examples=100,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("explore", max_examples=2000, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 class Clock:

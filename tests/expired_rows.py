@@ -11,6 +11,8 @@ from taskstate.scope import AssetScope, TaskScope
 
 Row = tuple[str, str, str, "float | None", float]
 
+# Named: later schema versions add columns (updated_by) that a bulk load leaves NULL.
+COLUMNS = "namespace, key, value, expires_at, updated_at"
 KEPT_EACH = 1000  # NEVER_EXPIRE task rows, asset rows, and not-yet-expired task rows
 
 
@@ -32,7 +34,9 @@ def load(url: str, expired: int, now: float) -> None:
     if url.startswith("sqlite"):
         conn = sqlite3.connect(path_from_url(url), isolation_level=None)
         conn.execute("BEGIN")
-        conn.executemany("INSERT INTO taskstate_entries VALUES (?, ?, ?, ?, ?)", rows(expired, now))
+        conn.executemany(
+            f"INSERT INTO taskstate_entries ({COLUMNS}) VALUES (?, ?, ?, ?, ?)", rows(expired, now)
+        )
         conn.execute("COMMIT")
         conn.close()
         return
@@ -41,7 +45,7 @@ def load(url: str, expired: int, now: float) -> None:
     from taskstate.backends.postgres import conninfo_from_url
 
     with psycopg.connect(conninfo_from_url(url)) as pg, pg.cursor() as cur:
-        with cur.copy("COPY taskstate_entries FROM STDIN") as copy:
+        with cur.copy(f"COPY taskstate_entries ({COLUMNS}) FROM STDIN") as copy:
             for row in rows(expired, now):
                 copy.write_row(row)
         cur.execute("ANALYZE taskstate_entries")

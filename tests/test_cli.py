@@ -218,3 +218,28 @@ def test_a_database_path_under_a_regular_file_is_a_one_line_error(tmp_path: Path
         capture_output=True, text=True, check=False,
     )  # fmt: skip
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_newer_schema_gets_the_same_advice_everywhere(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """`db check` and `doctor` once said "run taskstate db migrate", which then refused."""
+    import sqlite3
+
+    run("task", "set", *SCOPE, "k", "1")
+    with sqlite3.connect(tmp_path / "state.db") as conn:
+        conn.execute("PRAGMA user_version = 99")
+    check = run("db", "check", ok=False)
+    migrate = run("db", "migrate", ok=False)
+    doctor = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "taskstate", "--url", run.url, "doctor", "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+    )
+    backend = next(c for c in doctor if c["check"] == "backend")
+    for said in (check.stderr, migrate.stderr, backend["detail"]):
+        assert "upgrade taskstate" in said
+        assert "db migrate" not in said
+    assert backend["status"] == "warn"  # a rolling upgrade: older code still reads and writes
+    assert run("task", "get", *SCOPE, "k").stdout.strip() == "1"

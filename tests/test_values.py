@@ -85,6 +85,8 @@ bad_leaves = st.sampled_from(
         (float("inf"), InvalidValueError, "NaN or Infinity"),
         (-math.inf, InvalidValueError, "NaN or Infinity"),
         ({1: "int key"}, UnsupportedValueTypeError, "str"),
+        (10**4300, InvalidValueError, "more than 4300 digits"),
+        (-(10**5000), InvalidValueError, "str(value)"),
     ]
 )
 
@@ -169,6 +171,8 @@ def test_size_is_utf8_bytes_of_the_stored_json(tmp_path: Path) -> None:
         ("a\nb", InvalidKeyError),
         ("a\x00", InvalidKeyError),
         ("\x7f", InvalidKeyError),
+        ("a\ud800b", InvalidKeyError),
+        ("\udfff", InvalidKeyError),
         (5, KeyTypeError),
         (None, KeyTypeError),
         (b"k", KeyTypeError),
@@ -188,3 +192,20 @@ def test_path_like_and_non_ascii_keys_are_ordinary_keys(shared_store: StateStore
     acc.delete(key)
     assert acc.get(key) is None
     assert acc.get("keep") == 1
+
+
+def test_integers_up_to_4300_digits_round_trip(shared_store: StateStore) -> None:
+    acc = shared_store.task_state(SCOPE)
+    for n in (10**4300 - 1, -(10**4300 - 1), 2**14000):
+        acc.set("big", {"n": [n]})
+        assert acc.get("big") == {"n": [n]}
+    with pytest.raises(InvalidValueError, match=r"value\['n'\]\[0\] is an integer of more than"):
+        acc.set("big", {"n": [10**4300]})
+    assert acc.get("big") == {"n": [2**14000]}
+
+
+def test_a_lone_surrogate_key_is_a_key_error_not_a_unicode_error(shared_store: StateStore) -> None:
+    acc = shared_store.task_state(SCOPE)
+    for call in (lambda: acc.set("k\ud800", 1), lambda: acc.get("k\ud800")):
+        with pytest.raises(InvalidKeyError, match="lone surrogate"):
+            call()

@@ -137,8 +137,9 @@ class Side:
         """Where this side's state lives, and how durably it commits."""
         if not self.taskstate:  # Airflow 3.3's store lives in its metadata database
             if self.metadata == "sqlite":
-                # Airflow sets neither pragma: SQLite's defaults (checked in describe()).
-                return "metadata DB: SQLite, rollback journal, synchronous=FULL"
+                # Airflow sets journal_mode=WAL on connect and leaves synchronous at SQLite's
+                # default, FULL (the journal mode is read back from the file in describe()).
+                return "metadata DB: SQLite, WAL, synchronous=FULL"
             return f"metadata DB: {POSTGRES_DURABILITY}"
         if self.backend == "postgresql":
             return f"taskstate: {POSTGRES_DURABILITY}"

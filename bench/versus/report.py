@@ -37,10 +37,10 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:,.0f}×" if a / b >= 10 else f"{a / b:.2f}×"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+def _table(header: list[str], rows: list[list[str]], text_columns: int = 4) -> list[str]:
     lines = [
         "| " + " | ".join(header) + " |",
-        "|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|",
+        "|" + "|".join("---" if i < text_columns else "---:" for i in range(len(header))) + "|",
     ]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
@@ -63,7 +63,7 @@ class Context:
 def _side_cells(ctx: Context, key: str) -> list[str]:
     described = ctx.sides.get(key, {}).get("describe", {})
     return [
-        f"{key}: {described.get('name', key)}",
+        f"`{key}` {str(described.get('name', key)).split(': ', 1)[-1]}",
         described.get("store", "?"),
         described.get("metadata", "?"),
     ]
@@ -286,9 +286,10 @@ def render(
         "falls on all of them alike. Tables show the median over repetitions of each "
         "repetition's p50 (or wall time), and every repetition's own figure. Ratios are "
         "Airflow ÷ this side against A (Airflow's metadata DB on SQLite) and A-pg (on "
-        "PostgreSQL): above 1× means the row is faster. Compare like with like: a SQLite row "
-        "against A (both commit with synchronous=FULL only in the B-…-full rows), a PostgreSQL "
-        "row against A-pg.",
+        "PostgreSQL): above 1× means the row is faster. Compare like with like: `B-3.2-full` "
+        "against A (both WAL with synchronous=FULL), `B-3.2-pg` against A-pg (one server); "
+        "`B-3.2` is taskstate's default, synchronous=NORMAL, which survives a killed process "
+        "but not a power cut.",
         "",
     ]
     for section in sections:

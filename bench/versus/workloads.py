@@ -261,9 +261,9 @@ def cleanup(home: AirflowHome, n: int, runs: int, work: Path, stores: dict[str, 
             raise RuntimeError(f"{' '.join(command)} left {left} expired rows")
         empty.append({"wall": _timed(home, command)[0]})
     return {
-        f"clean {n:,} expired rows: whole command": full,
         f"clean {n:,} expired rows: the deletion, as the command times it": deletion,
-        "the same command with nothing to delete": empty,
+        f"clean {n:,} expired rows: whole command": full,
+        "the same command with nothing to delete (start-up)": empty,
     }
 
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskstate.backends.base import Entry, Row
 from taskstate.errors import KeyNotFoundError, PreconditionFailedError
-from taskstate.scope import AssetScope, TaskScope, task_prefix
+from taskstate.scope import AssetScope, TaskScope, check_writable, task_prefix
 from taskstate.stored import (
     DEFAULT_EXPIRY,
     GONE,
@@ -110,8 +110,9 @@ class _Accessor:
     # -- writing --------------------------------------------------------------------------
 
     def _encode(self, key: str, value: object) -> str:
-        """The pure half of a write: key and value rules; the size rule unless offloaded."""
+        """The pure half of a write: key, scope and value rules; the size rule unless offloaded."""
         check_key(key)
+        check_writable(self.scope)
         text = encode_value(value)
         if not self._offloads(text):
             check_size(text, self._limit, key, offload_configured=self._worker is not None)

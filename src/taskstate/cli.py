@@ -15,6 +15,7 @@ import click
 
 from taskstate import transfer
 from taskstate.errors import TaskStateError
+from taskstate.redaction import redact_url
 from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, task_prefix
 from taskstate.settings import Settings
 from taskstate.store import AssetStateStore, StateStore, StoredEntry, TaskStateStore
@@ -27,6 +28,8 @@ _LAZY = {
     "lint": "taskstate.lint.command:lint",
     "migrate-to-airflow": "taskstate.airflow.commands:migrate_to_airflow",
     "variables": "taskstate.airflow.commands:variables",
+    "serve": "taskstate.api.serve:serve",
+    "token": "taskstate.api.token_command:token",
 }
 
 
@@ -468,11 +471,8 @@ def db_check() -> None:
     store = _store()
     status = store.backend.schema_status()
     if not status.up_to_date:
-        raise click.ClickException(
-            f"{store.backend.describe()}: schema version {status.current or 'none'}, "
-            f"need {status.latest}; run `taskstate db migrate`"
-        )
-    click.echo(f"{store.backend.describe()}: schema version {status.current} (current)")
+        raise click.ClickException(f"{store.backend.describe()}: {status.describe()}")
+    click.echo(f"{store.backend.describe()}: {status.describe()}")
 
 
 @main.command()
@@ -500,20 +500,14 @@ def _doctor_checks() -> Iterator[tuple[str, str, str]]:
     except TaskStateError as exc:
         yield "settings", "fail", str(exc)
         return
-    for field, value in settings.__dict__.items():
-        shown = _redact(value) if field in ("taskstate_url", "sql_alchemy_conn") else value
+    for field, shown in settings.redacted().items():
         yield f"setting {field}", "ok", repr(shown)
     lazy: _Lazy = click.get_current_context().obj
     try:
         store = lazy.store
         status = store.backend.schema_status()
-        state = "ok" if status.up_to_date else "fail"
-        hint = "" if status.up_to_date else "; run `taskstate db migrate`"
-        yield (
-            "backend",
-            state,
-            f"{_redact(store.backend.describe())}: schema {status.current}{hint}",
-        )
+        state = "ok" if status.up_to_date else "warn" if status.newer else "fail"
+        yield "backend", state, f"{redact_url(store.backend.describe())}: {status.describe()}"
     except Exception as exc:  # doctor reports every failure instead of stopping at one
         yield "backend", "fail", f"{type(exc).__name__}: {exc}"
     yield from _airflow_checks()
@@ -531,12 +525,3 @@ def _airflow_checks() -> Iterator[tuple[str, str, str]]:
         except importlib.metadata.PackageNotFoundError:
             continue
     yield "airflow", "ok", "not installed: plain-Python use"
-
-
-def _redact(url: Any) -> Any:
-    if not isinstance(url, str) or "@" not in url or "://" not in url:
-        return url
-    scheme, rest = url.split("://", 1)
-    creds, host = rest.rsplit("@", 1)
-    user = creds.split(":", 1)[0]
-    return f"{scheme}://{user}:***@{host}"

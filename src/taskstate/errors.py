@@ -39,6 +39,10 @@ class ConfigError(TaskStateError, ValueError):
     """A `[state_store]` / `[workers]` setting is invalid; the message names the option."""
 
 
+class InvalidTokenError(TaskStateError, PermissionError):
+    """A taskstate bearer token is malformed, forged, expired or signed with an unknown key."""
+
+
 class AssetNotDeclaredError(TaskStateError, KeyError):
     """The task indexed an asset that is not among its inlets or outlets."""
 
@@ -68,6 +72,11 @@ class BackendError(TaskStateError, RuntimeError):
 
 class BackendUnavailableError(BackendError, ConnectionError):
     """The storage server could not be reached after bounded retries."""
+
+
+class BackendBusyError(BackendError, TimeoutError):
+    """Another process held the state database's write lock for longer than the busy timeout;
+    the operation did nothing."""
 
 
 class OffloadedValueMissingError(BackendError):

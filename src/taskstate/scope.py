@@ -1,10 +1,18 @@
-"""Scope identities, and how each maps to one backend namespace string."""
+"""Scope identities, and how each maps to one backend namespace string.
+
+Every field follows the name rules of `taskstate.values` (non-empty text, no control
+characters, no lone surrogates), checked when a scope is made. Lengths are bounded as Airflow
+bounds its columns (`MAX_LENGTHS`), checked by `check_writable` before a write: a scope over
+the bounds, written by an older taskstate, can still be read, listed and deleted.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypeVar
 
 from taskstate.errors import InvalidScopeError
+from taskstate.values import name_problem
 
 # Namespaces are "<kind>\x1f<field>\x1f<field>...": the separator cannot occur in a field, so
 # every scope maps to exactly one namespace and a task's map indices share one prefix.
@@ -17,13 +25,28 @@ ASSET_PREFIX = ASSET_KIND + SEP  # every asset namespace starts with it
 META_KIND = "m"
 META_PREFIX = META_KIND + SEP
 
+# Airflow's column widths: ID_LEN (dag_id, task_id, run_id) and the asset name/uri columns.
+MAX_LENGTHS = {"dag_id": 250, "run_id": 250, "task_id": 250, "name": 1500, "uri": 1500}
+
 
 def _field(name: str, value: object) -> str:
-    if not isinstance(value, str) or not value:
+    if not isinstance(value, str):
         raise InvalidScopeError(f"{name} must be a non-empty str, got {value!r}")
-    if SEP in value:
-        raise InvalidScopeError(f"{name} must not contain the control character \\x1f: {value!r}")
+    problem = name_problem(value)
+    if problem:
+        raise InvalidScopeError(f"{name} {problem}")
     return value
+
+
+def check_writable(scope: TaskScope | AssetScope) -> None:
+    """Refuse a write to a scope whose fields are longer than Airflow allows."""
+    for name, limit in MAX_LENGTHS.items():
+        value = getattr(scope, name, None)
+        if value is not None and len(value) > limit:
+            raise InvalidScopeError(
+                f"{name} is at most {limit} characters (as in Airflow); this one has "
+                f"{len(value)} (starts {value[:40]!r})"
+            )
 
 
 @dataclass(frozen=True)
@@ -93,12 +116,26 @@ def task_prefix(dag_id: str, run_id: str | None = None, task_id: str | None = No
     return SEP.join(parts) + SEP
 
 
+S = TypeVar("S", TaskScope, AssetScope)
+
+
+def _stored(cls: type[S], **fields: object) -> S:
+    """A scope as a stored row names it, without today's field rules: rows written before
+    them are still listed, exported and deleted."""
+    scope = object.__new__(cls)
+    for name, value in fields.items():
+        object.__setattr__(scope, name, value)
+    return scope
+
+
 def parse_namespace(namespace: str) -> TaskScope | AssetScope:
     """Inverse of `.namespace`, for listings and export."""
     kind, _, rest = namespace.partition(SEP)
     if kind == TASK_KIND:
         dag_id, run_id, task_id, map_index = rest.split(SEP)
-        return TaskScope(dag_id, run_id, task_id, int(map_index))
+        return _stored(
+            TaskScope, dag_id=dag_id, run_id=run_id, task_id=task_id, map_index=int(map_index)
+        )
     if kind == ASSET_KIND:
-        return AssetScope(name=rest)
+        return _stored(AssetScope, name=rest, uri=None)
     raise InvalidScopeError(f"not a taskstate namespace: {namespace!r}")

@@ -20,6 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from taskstate.errors import ConfigError
+from taskstate.redaction import (
+    command_secrets,
+    redact_command,
+    redact_json_options,
+    redact_url,
+    scrub,
+)
 
 # Airflow's own default for `[state_store] backend`; naming it (or nothing) selects our
 # built-in backends by `taskstate_url`.
@@ -77,7 +84,8 @@ def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
 
 @dataclass(frozen=True)
 class Settings:
-    """Every option taskstate reads. Field metadata names the (section, option) it comes from."""
+    """Every option taskstate reads; `_OPTIONS` below names the (section, option) of each field
+    and how its text is parsed."""
 
     backend: str | None = None
     taskstate_url: str | None = None
@@ -108,6 +116,21 @@ class Settings:
     @property
     def uses_builtin_backend(self) -> bool:
         return self.backend is None or self.backend in AIRFLOW_METASTORE_BACKENDS
+
+    def redacted(self) -> dict[str, Any]:
+        """Every option as it may be shown: URLs and storage options without their secrets."""
+        shown: dict[str, Any] = {}
+        for field in fields(self):
+            value = getattr(self, field.name)
+            if isinstance(value, str):
+                hide = redact_json_options if field.name in _JSON_OPTIONS else redact_url
+                value = hide(value)
+            shown[field.name] = value
+        return shown
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{name}={value!r}" for name, value in self.redacted().items())
+        return f"Settings({shown})"
 
 
 _OPTIONS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
@@ -154,6 +177,9 @@ _OPTIONS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
         _choice("[state_store] taskstate_mode", ("native", "taskstate")),
     ),
 }
+
+# Options holding a JSON object whose entries may be credentials.
+_JSON_OPTIONS = frozenset({"offload_storage_options"})
 
 Lookup = Callable[[str, str], "str | None"]
 
@@ -206,15 +232,16 @@ def _raw(env: Mapping[str, str], lookup: Lookup, section: str, option: str) -> s
 
 
 def _run_command(source: str, command: str) -> str:
-    """As Airflow runs `_cmd` options: no shell, stdout is the value."""
+    """As Airflow runs `_cmd` options: no shell, stdout is the value. A command may carry the
+    secret it prints (`echo postgresql://user:pw@...`): errors show it redacted."""
+    shown = redact_command(command)
     try:
         proc = subprocess.run(shlex.split(command), capture_output=True, text=True, check=False)
-    except OSError as exc:
-        raise ConfigError(f"{source} = {command!r} cannot run: {exc}") from None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{source} = {shown!r} cannot run: {exc}") from None
     if proc.returncode != 0:
-        raise ConfigError(
-            f"{source} = {command!r} exited with {proc.returncode}: {proc.stderr.strip()}"
-        )
+        reason = scrub(proc.stderr.strip(), command_secrets(command))
+        raise ConfigError(f"{source} = {shown!r} exited with {proc.returncode}: {reason}")
     return proc.stdout.rstrip("\n")
 
 

@@ -17,6 +17,7 @@ from taskstate.backends import load_worker_backend, open_backend
 from taskstate.backends.base import Row, SchemaStatus, StateBackend, WorkerStateBackend
 from taskstate.cleanup import CleanupResult, delete_expired
 from taskstate.errors import BackendError, OffloadedValueMissingError
+from taskstate.metrics import Metrics, configured
 from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
 from taskstate.settings import Settings
 from taskstate.stored import (
@@ -70,6 +71,7 @@ class StateStore:
         backend: StateBackend | None = None,
         worker_backend: WorkerStateBackend | None = None,
         clock: Callable[[], float] = time.time,
+        metrics: Metrics | None = None,
     ) -> None:
         self.settings = settings if settings is not None else Settings.load()
         self.backend = backend if backend is not None else open_backend(url, self.settings)
@@ -77,14 +79,16 @@ class StateStore:
             worker_backend if worker_backend is not None else load_worker_backend(self.settings)
         )
         self.clock = clock
+        # Metrics/tracing (taskstate.metrics): `accessor_class` is the plain class when off.
+        self.metrics = metrics if metrics is not None else configured()
 
     def task_state(self, scope: TaskScope, *, writer: Writer | None = None) -> TaskStateStore:
         """The state of one task instance. Writes record `writer` (default: the task itself)."""
-        return TaskStateStore(self, scope, writer)
+        return self.metrics.accessor_class(TaskStateStore)(self, scope, writer)
 
     def asset_state(self, scope: AssetScope, *, writer: Writer | None = None) -> AssetStateStore:
         """The state of one asset. Writes record `writer` (default: unknown)."""
-        return AssetStateStore(self, scope, writer)
+        return self.metrics.accessor_class(AssetStateStore)(self, scope, writer)
 
     def meta(self, scope: TaskScope) -> MetaState:
         """taskstate's own markers for a task instance (re-run and re-expansion detection)."""
@@ -192,6 +196,14 @@ class StateStore:
         """Write many keys all or nothing: every value is checked and offloaded first, then one
         backend transaction writes them all. `replace=False` keeps keys that already exist.
         Returns how many rows were written."""
+        with self.metrics.timer("taskstate.store.import"):
+            return self._import_entries(entries, replace)
+
+    def _import_entries(
+        self,
+        entries: Iterable[tuple[TaskScope | AssetScope, str, object, float | None]],
+        replace: bool,
+    ) -> int:
         now = self.clock()
         rows: list[Row] = []
         uploaded: list[str] = []
@@ -215,6 +227,14 @@ class StateStore:
     ) -> CleanupResult:
         """Delete expired task state in bounded batches, then sweep offloaded objects no row
         references any more (past the worker backend's grace period)."""
+        with self.metrics.timer("taskstate.cleanup"):
+            result = self._cleanup(batch_size, dry_run, on_batch)
+        self.metrics.cleanup_done(result)
+        return result
+
+    def _cleanup(
+        self, batch_size: int | None, dry_run: bool, on_batch: Callable[[int], None] | None
+    ) -> CleanupResult:
         size = self.settings.state_cleanup_batch_size if batch_size is None else batch_size
         result = delete_expired(
             self.backend, self.clock(), batch_size=size, dry_run=dry_run, on_batch=on_batch

@@ -1,4 +1,4 @@
-"""The value, key and retention rules — the one place every write path calls."""
+"""The value, key, name and retention rules — the one place every write path calls."""
 
 from __future__ import annotations
 
@@ -27,6 +27,10 @@ NEVER_EXPIRE: timedelta = timedelta.max
 
 MAX_KEY_LENGTH = 512
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# Python refuses to turn an int of more than 4300 digits into text or back (CVE-2020-10735);
+# a reader with the default limit could not load such a value, so it is refused on write.
+MAX_INT_DIGITS = 4300
+_INT_BOUND = 10**MAX_INT_DIGITS
 
 
 def _where(path: str) -> str:
@@ -53,8 +57,10 @@ def _reject_type(obj: object, path: str) -> UnsupportedValueTypeError:
 def _valid(obj: object) -> bool:
     """The fast yes/no walk every write takes; paths are only built by `_problem` on a no."""
     kind = type(obj)
-    if kind is str or kind is int or kind is bool:
+    if kind is str or kind is bool:
         return True
+    if kind is int:
+        return -_INT_BOUND < obj < _INT_BOUND  # type: ignore[no-any-return]
     if kind is float:
         return math.isfinite(obj)  # type: ignore[arg-type]
     if kind is list:
@@ -75,8 +81,15 @@ def _problem(obj: object, path: str, text_check: bool) -> TaskStateError | None:
     kind = type(obj)
     if isinstance(obj, str) and kind is str:
         return _bad_text(obj, path) if text_check else None
-    if kind is int or kind is bool:
+    if kind is bool:
         return None
+    if isinstance(obj, int) and kind is int:
+        if -_INT_BOUND < obj < _INT_BOUND:
+            return None
+        return InvalidValueError(
+            f"{_where(path)} is an integer of more than {MAX_INT_DIGITS} digits, which Python "
+            "cannot read back from JSON text; store it as a string: str(value)"
+        )
     if isinstance(obj, float) and kind is float:
         if math.isfinite(obj):
             return None
@@ -163,16 +176,37 @@ def check_size(text: str, limit: int, key: str, *, offload_configured: bool) -> 
 def check_key(key: object) -> str:
     if type(key) is not str:
         raise KeyTypeError(f"a key must be a str, got {type(key).__name__} {key!r}")
-    if not key:
-        raise InvalidKeyError("a key must not be empty")
     if len(key) > MAX_KEY_LENGTH:
         raise InvalidKeyError(
             f"a key is at most {MAX_KEY_LENGTH} characters; this one has {len(key)} "
             f"(starts {key[:40]!r}) — use a short descriptive name"
         )
-    if _CONTROL.search(key):
-        raise InvalidKeyError(f"a key must not contain control characters: {key!r}")
+    problem = name_problem(key)
+    if problem:
+        raise InvalidKeyError(f"a key {problem}")
     return key
+
+
+def name_problem(text: str) -> str | None:
+    """What makes `text` unusable as a key or scope field (the rest of a sentence), or None.
+
+    Names must be non-empty text every backend stores as given: no control characters
+    (PostgreSQL refuses NUL, and \x1f separates namespace fields) and no lone surrogates
+    (not encodable as UTF-8).
+    """
+    if not text:
+        return "must not be empty"
+    if _CONTROL.search(text):
+        return f"must not contain control characters: {text!r}"
+    if not text.isascii():
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            return (
+                f"must be text, but holds a lone surrogate {text[exc.start]!r} at index "
+                f"{exc.start}: {text!r}; decode the source bytes with errors='replace'"
+            )
+    return None
 
 
 def expires_at(retention: object, default_days: int, now: float) -> float | None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+from tests.airflow.deployment import Deployments
 from tests.airflow.harness import EXAMPLE_DAGS, TEST_DAGS, AirflowHome, versions
 
 DAG_FILES = [*sorted(TEST_DAGS.glob("*.py")), *sorted(EXAMPLE_DAGS.glob("*.py"))]
@@ -48,3 +49,12 @@ def native_home(
     if request.param == "none":
         pytest.skip("no Airflow 3.3+ selected")
     yield AirflowHome(request.param, tmp_path_factory.mktemp(f"airflow-{request.param}"), DAG_FILES)
+
+
+@pytest.fixture(scope="session")
+def deployments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployments]:
+    """Running Airflow deployments (api-server/webserver + scheduler + plugin), one per version,
+    started on first use and shared by every test of the session (tests/airflow/deployment.py)."""
+    pool = Deployments(tmp_path_factory.mktemp("deployments"))
+    yield pool
+    pool.stop_all()

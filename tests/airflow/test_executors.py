@@ -8,6 +8,8 @@ import json
 import pytest
 from tests.airflow.harness import AirflowHome
 
+from taskstate.scope import task_prefix
+
 pytestmark = pytest.mark.airflow
 
 ECS = "airflow.providers.amazon.aws.executors.ecs.ecs_executor.AwsEcsExecutor"
@@ -36,5 +38,7 @@ def test_doctor_reports_each_executor_and_exits_1_on_a_failed_check(
 
 
 def test_dags_test_is_not_refused_under_a_distributed_executor(airflow_home: AirflowHome) -> None:
+    with airflow_home.store() as store:  # the session's home: other tests ran this DAG before
+        store.backend.clear_prefix(task_prefix("etl_with_checkpoint"))
     airflow_home.dags_test("etl_with_checkpoint", env={"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"})
     assert airflow_home.task_states("etl_with_checkpoint", "process_records")

@@ -13,12 +13,14 @@ from urllib.parse import urlsplit
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, given, settings
 from tests.postgres_server import PostgresServer, free_port, running_server
+from tests.test_scope import any_text, round_trip_or_typed_error
 
-from taskstate import StateStore, TaskScope
+from taskstate import AssetScope, StateStore, TaskScope
 from taskstate.backends import open_backend
 from taskstate.backends.base import Entry, SchemaStatus
-from taskstate.backends.postgres import MIGRATIONS, PostgresBackend
+from taskstate.backends.postgres import MIGRATIONS, PostgresBackend, _transient_connect
 from taskstate.errors import BackendError, BackendUnavailableError, SchemaMissingError
 from taskstate.settings import Settings
 from taskstate.testing.contract import NOW, BackendContract
@@ -334,3 +336,177 @@ def test_schema_2_keeps_version_1_rows_and_rewrites_legacy_references(
     assert backend.get("ns", "ref") == Entry("@taskstate-ref:" + ref, None, None)
     assert backend.get("ns", "user") == Entry('{"__taskstate_ref__":"not one"}', None, None)
     backend.close()
+
+
+# -- errors: deterministic ones at once, transient ones retried ---------------------------------
+
+
+def _raise_on_insert(url: str, sqlstate: str) -> None:
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(
+            "CREATE FUNCTION fail_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"RAISE EXCEPTION 'planted failure' USING ERRCODE = '{sqlstate}'; END $$"
+        )
+        admin.execute(
+            "CREATE TRIGGER fail_insert BEFORE INSERT ON taskstate_entries "
+            "FOR EACH ROW EXECUTE FUNCTION fail_insert()"
+        )
+
+
+@pytest.mark.parametrize("sqlstate", ["54000", "22021", "42501", "XX000", "57014"])
+def test_a_deterministic_server_error_fails_at_once_with_its_message(
+    fresh_postgres_url: str, sqlstate: str
+) -> None:
+    backend = PostgresBackend(fresh_postgres_url, retry_window_s=30)
+    backend.migrate()
+    _raise_on_insert(fresh_postgres_url, sqlstate)
+    started = time.monotonic()
+    with pytest.raises(BackendError, match="planted failure") as caught:
+        backend.set("ns", "k", "1", None, NOW)
+    assert not isinstance(caught.value, BackendUnavailableError)
+    assert time.monotonic() - started < 5  # not 30 s of retries
+    backend.close()
+
+
+@pytest.mark.parametrize("sqlstate", ["40001", "40P01", "53300", "57P01", "08006"])
+def test_a_transient_server_error_is_retried_then_reported_as_an_outage(
+    fresh_postgres_url: str, sqlstate: str
+) -> None:
+    backend = PostgresBackend(fresh_postgres_url, retry_window_s=0.4)
+    backend.migrate()
+    _raise_on_insert(fresh_postgres_url, sqlstate)
+    with pytest.raises(BackendUnavailableError, match=r"attempts over .*planted failure"):
+        backend.set("ns", "k", "1", None, NOW)
+    backend.close()
+
+
+@pytest.mark.parametrize(
+    ("hostport", "reason"),
+    [("127.0.0.1:99999", "invalid port"), ("127.0.0.1:port", "invalid integer value")],
+)
+def test_a_bad_url_fails_at_once(hostport: str, reason: str) -> None:
+    backend = PostgresBackend(f"postgresql://u:hunter2@{hostport}/db", retry_window_s=30)
+    started = time.monotonic()
+    with pytest.raises(BackendError, match=reason) as caught:
+        backend.get("ns", "k")
+    assert not isinstance(caught.value, BackendUnavailableError)
+    assert time.monotonic() - started < 5
+    assert "hunter2" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "FATAL:  the database system is not yet accepting connections\n"
+        "DETAIL:  Consistent recovery state has not been yet reached.",
+        "FATAL:  the database system is starting up",
+        "FATAL:  the database system is in recovery mode",
+        "FATAL:  sorry, too many clients already",
+        "connection failed: Connection refused",
+        "failed to resolve host 'db': [Errno -3] Temporary failure in name resolution",
+    ],
+)
+def test_server_answers_while_connecting_that_mean_wait(message: str) -> None:
+    exc = psycopg.OperationalError(
+        f'connection to server at "10.0.0.5", port 5432 failed: {message}'
+    )
+    assert _transient_connect(exc)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        'FATAL:  password authentication failed for user "u"',
+        'FATAL:  database "nope" does not exist',
+        "FATAL:  no pg_hba.conf entry for host",
+        'connection is bad: invalid port number: "99999"',
+        "failed to resolve host 'nope.invalid': [Errno -2] Name or service not known",
+    ],
+)
+def test_server_answers_while_connecting_that_waiting_never_fixes(message: str) -> None:
+    exc = psycopg.OperationalError(
+        f'connection to server at "10.0.0.5", port 5432 failed: {message}'
+    )
+    assert not _transient_connect(exc)
+
+
+def test_dropping_a_store_without_close_is_quiet(
+    postgres_url: str, backend_url: PostgresBackend
+) -> None:
+    """The pool's own finaliser could run in its worker thread and try to join itself."""
+    script = (
+        "import sys, threading, gc\n"
+        "from taskstate import StateStore, TaskScope\n"
+        "for _ in range(40):\n"
+        "    StateStore(sys.argv[1]).task_state(TaskScope('d', 'r', 't')).get('k')\n"
+        "gc.collect()\n"
+        "print(threading.active_count())\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, postgres_url], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0
+    assert proc.stderr == ""
+    assert proc.stdout.strip() == "1"  # no pool worker left behind
+
+
+# -- names every backend must store ---------------------------------------------------------------
+
+
+def test_the_longest_names_airflow_allows_are_stored(backend_url: PostgresBackend) -> None:
+    """4-byte characters at every bound: far beyond a b-tree entry, which once failed 54000."""
+    wide = "𝔸"
+    with StateStore(backend=backend_url, settings=Settings()) as store:
+        task = store.task_state(TaskScope(wide * 250, wide * 250, wide * 250, 7))
+        asset = store.asset_state(AssetScope(name=wide * 1500, uri="s3://" + wide * 1495))
+        for accessor in (task, asset):
+            accessor.set(wide * 512, 1)
+            assert accessor.update(wide * 512, lambda v: v + 1) == 2
+            assert accessor.keys() == [wide * 512]
+            accessor.delete(wide * 512)
+            assert accessor.get(wide * 512) is None
+        asset.set("k", 1)
+        assert [r.key for r in backend_url.scan(asset.scope.namespace)] == ["k"]
+        assert backend_url.clear_prefix(asset.scope.namespace) == 1
+
+
+def test_rows_written_before_the_hash_index_stay_readable_and_deletable(
+    fresh_postgres_url: str,
+) -> None:
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE taskstate_schema_version (version integer PRIMARY KEY, "
+            "applied_at timestamptz NOT NULL DEFAULT now())"
+        )
+        for version in (1, 2):  # the schema as taskstate 2 left it
+            conn.execute(MIGRATIONS[version - 1])
+            conn.execute("INSERT INTO taskstate_schema_version (version) VALUES (%s)", (version,))
+        rows = [
+            (TaskScope("d" * 300, "r", "t").namespace, "k"),
+            (AssetScope(name="a").namespace, "k"),
+        ]
+        for namespace, key in rows:
+            conn.execute(
+                "INSERT INTO taskstate_entries (namespace, key, value, updated_at) "
+                "VALUES (%s, %s, '1', 0)",
+                (namespace, key),
+            )
+    backend = PostgresBackend(fresh_postgres_url)
+    assert backend.migrate() == list(range(3, len(MIGRATIONS) + 1))
+    assert [(r.namespace, r.key) for r in backend.scan()] == sorted(rows)
+    for namespace, key in rows:
+        assert backend.get(namespace, key) == Entry("1", None)
+        backend.set(namespace, key, "2", None, NOW)  # an upsert finds the old row
+        assert backend.get(namespace, key) == Entry("2", None)
+        backend.delete(namespace, key)
+        assert backend.get(namespace, key) is None
+    backend.close()
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(dag_id=any_text, key=any_text)
+def test_any_text_is_refused_typed_or_round_trips_on_postgres(
+    backend_url: PostgresBackend, dag_id: str, key: str
+) -> None:
+    with StateStore(backend=backend_url, settings=Settings()) as store:
+        round_trip_or_typed_error(store, dag_id, key)

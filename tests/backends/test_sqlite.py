@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import os
 import sqlite3
+import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,7 +13,7 @@ import pytest
 from taskstate.backends import sqlite as sqlite_backend
 from taskstate.backends.base import Entry
 from taskstate.backends.sqlite import SQLiteBackend, path_from_url
-from taskstate.errors import BackendError, ConfigError
+from taskstate.errors import BackendBusyError, BackendError, ConfigError
 from taskstate.testing.contract import NOW, BackendContract
 
 
@@ -81,6 +84,7 @@ def test_processes_opening_a_new_file_at_once_all_succeed(tmp_path: Path) -> Non
         for t in threads:
             t.join()
         assert errors == []
+        assert stat.S_IMODE(backend.path.stat().st_mode) == 0o600  # whoever created it
         written = sorted(e.key for e in backend.scan())
         assert written == sorted(t.name for t in threads)
 
@@ -97,3 +101,111 @@ def test_a_version_1_file_is_migrated_keeping_its_rows(tmp_path: Path) -> None:
     backend = SQLiteBackend(f"sqlite:///{path}")
     assert backend.get("ns", "k") == Entry("1", None, None)
     assert backend.schema_status().up_to_date
+
+
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    """Another process's writer in the middle of an `update()`: the file's write lock taken."""
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    return holder
+
+
+def test_a_fresh_reader_does_not_wait_for_a_writer(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path}/state.db"
+    SQLiteBackend(url).set("ns", "k", "1", None, NOW)  # a current schema exists
+    holder = _hold_write_lock(tmp_path / "state.db")
+    try:
+        started = time.monotonic()
+        reader = SQLiteBackend(url, busy_timeout_s=5)
+        assert reader.get("ns", "k") == Entry("1", None)
+        assert reader.schema_status().up_to_date
+        assert time.monotonic() - started < 1.0
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+
+
+def test_a_busy_timeout_is_a_typed_error_naming_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    backend = SQLiteBackend(f"sqlite:///{path}", busy_timeout_s=0.2)
+    backend.set("ns", "k", "1", None, NOW)
+    holder = _hold_write_lock(path)
+    try:
+        for write in (
+            lambda: backend.set("ns", "k", "2", None, NOW),
+            lambda: backend.transact("ns", "k", lambda e: (Entry("3", None), None), NOW),
+            lambda: backend.delete_expired(NOW, 0),
+        ):
+            with pytest.raises(BackendBusyError, match=str(path)) as caught:
+                write()
+            assert isinstance(caught.value, TimeoutError)
+        assert backend.get("ns", "k") == Entry("1", None)  # reads still go through
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    backend.set("ns", "k", "4", None, NOW)  # and the backend recovers
+
+
+def test_a_failing_transaction_rolls_back_and_the_connection_stays_usable(tmp_path: Path) -> None:
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/state.db")
+    backend.set("ns", "k", "1", None, NOW)
+
+    def write_then_fail(entry: Entry | None) -> tuple[Entry | None, None]:
+        backend._conn().execute("DELETE FROM taskstate_entries")  # inside the transaction
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        backend.transact("ns", "k", write_then_fail, NOW)
+    assert backend.get("ns", "k") == Entry("1", None)
+    assert not backend._conn().in_transaction
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_files_taskstate_creates_are_private(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "new" / "dir" / "state.db"
+        backend = SQLiteBackend(f"sqlite:///{path}")
+        backend.set("ns", "k", "1", None, NOW)
+        wal, shm = Path(f"{path}-wal"), Path(f"{path}-shm")
+        assert wal.exists() and shm.exists()
+        assert [_mode(p) for p in (path.parent.parent, path.parent)] == [0o700, 0o700]
+        assert [_mode(p) for p in (path, wal, shm)] == [0o600, 0o600, 0o600]
+        backend.close()
+    finally:
+        os.umask(old)
+
+
+def test_under_a_setgid_directory_files_are_group_writable(tmp_path: Path) -> None:
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o2775)
+    old = os.umask(0o022)
+    try:
+        path = shared / "taskstate" / "state.db"
+        backend = SQLiteBackend(f"sqlite:///{path}")
+        backend.set("ns", "k", "1", None, NOW)
+        assert _mode(path.parent) == 0o2770
+        assert [_mode(p) for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm"))] == [0o660] * 3
+        backend.close()
+    finally:
+        os.umask(old)
+
+
+def test_an_existing_file_keeps_its_mode(tmp_path: Path) -> None:
+    path = tmp_path / "state.db"
+    SQLiteBackend(f"sqlite:///{path}").set("ns", "k", "1", None, NOW)
+    os.chmod(path, 0o640)
+    SQLiteBackend(f"sqlite:///{path}").set("ns", "k", "2", None, NOW)
+    assert _mode(path) == 0o640
+    assert _mode(tmp_path) == stat.S_IMODE(tmp_path.stat().st_mode)
+
+
+def test_a_path_under_a_regular_file_is_a_typed_error(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("x")
+    backend = SQLiteBackend(f"sqlite:///{tmp_path}/file/state.db")
+    with pytest.raises(BackendError, match="cannot create the state database"):
+        backend.get("ns", "k")

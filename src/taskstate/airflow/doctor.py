@@ -11,6 +11,7 @@ from taskstate.airflow.executors import (
     refusal,
     uses_default_sqlite,
 )
+from taskstate.airflow.serving import doctor_check as api_doctor_check
 from taskstate.airflow.versions import (
     airflow_version,
     native_store_active,
@@ -27,7 +28,7 @@ def report() -> list[Check]:
     version = airflow_version()
     if version is None:
         return [("airflow", "ok", "not installed: plain-Python use")]
-    checks: list[Check] = [("airflow", "ok", f"Airflow {version}")]
+    checks: list[Check] = [("airflow", "ok", f"Airflow {version}"), api_doctor_check()]
     if native_store_active():
         checks.append(
             (

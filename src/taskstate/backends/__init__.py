@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 
 from taskstate.backends.base import StateBackend, WorkerStateBackend
 from taskstate.errors import ConfigError
+from taskstate.redaction import redact_url
 from taskstate.settings import Settings, default_sqlite_path
 
 _SCHEMES = {
@@ -43,7 +44,8 @@ def open_backend(url: str | None, settings: Settings) -> StateBackend:
     target = _SCHEMES.get(scheme)
     if target is None:
         raise ConfigError(
-            f"no taskstate backend for {scheme or 'this'} URLs ({url!r}); use sqlite:///path.db "
+            f"no taskstate backend for {scheme or 'this'} URLs ({redact_url(url)!r}); use "
+            "sqlite:///path.db "
             "or postgresql://user:pass@host/db in [state_store] taskstate_url"
         )
     module, _, name = target.partition(":")

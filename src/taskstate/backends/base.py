@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import NamedTuple, TypeVar
 
 from taskstate.errors import BackendError
+from taskstate.redaction import redact_url
 
 T = TypeVar("T")
 
@@ -45,6 +46,26 @@ class SchemaStatus:
     @property
     def up_to_date(self) -> bool:
         return self.current == self.latest
+
+    @property
+    def newer(self) -> bool:
+        """Written by a newer taskstate (a rolling upgrade): usable, but not migratable here."""
+        return self.current is not None and self.current > self.latest
+
+    def describe(self) -> str:
+        """The version, and what to do about it: the same advice `db check`, `doctor` and
+        `db migrate` give."""
+        if self.up_to_date:
+            return f"schema version {self.current} (current)"
+        if self.newer:
+            return (
+                f"schema version {self.current}, newer than this taskstate knows "
+                f"({self.latest}); upgrade taskstate"
+            )
+        return (
+            f"schema version {self.current or 'none'}, need {self.latest}; "
+            "run `taskstate db migrate`"
+        )
 
 
 # What `transact` hands the callback, and what the callback returns: the entry to write,
@@ -135,7 +156,8 @@ class StateBackend(ABC):
         """Release connections. The backend may be used again afterwards (it reconnects)."""
 
     def describe(self) -> str:
-        return self.url
+        """Where the state lives, safe to print (no password)."""
+        return redact_url(self.url)
 
     # Async twins: thread offload keeps one implementation of each operation. A backend with
     # a native async driver may override them.

@@ -30,6 +30,7 @@ from typing import Any
 
 from taskstate.backends.base import WorkerStateBackend
 from taskstate.errors import BackendError, ConfigError, OffloadedValueMissingError
+from taskstate.redaction import redact_json_options, redact_url, scrub, url_secrets
 from taskstate.settings import Settings
 
 COMPRESSIONS = ("none", "gzip")
@@ -77,8 +78,10 @@ class OffloadBackend(WorkerStateBackend):
         try:
             self.fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
         except (ImportError, ValueError) as exc:
+            reason = scrub(str(exc), url_secrets(url))
             raise ConfigError(
-                f"[state_store] taskstate_offload_url = {url!r} cannot be opened: {exc}"
+                f"[state_store] taskstate_offload_url = {redact_url(url)!r} cannot be opened: "
+                f"{reason}"
             ) from None
         self.url = url
         self.root = root.rstrip("/")
@@ -104,7 +107,7 @@ class OffloadBackend(WorkerStateBackend):
             if not isinstance(options, dict):
                 raise ConfigError(
                     "[state_store] taskstate_offload_storage_options must be a JSON object, "
-                    f"got {settings.offload_storage_options!r}"
+                    f"got {redact_json_options(settings.offload_storage_options)!r}"
                 )
         return cls(
             settings.offload_url,
@@ -114,7 +117,7 @@ class OffloadBackend(WorkerStateBackend):
         )
 
     def __repr__(self) -> str:
-        return f"OffloadBackend({self.url!r})"
+        return f"OffloadBackend({redact_url(self.url)!r})"
 
     # -- the worker-backend contract --------------------------------------------------------
 

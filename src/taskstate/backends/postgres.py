@@ -8,8 +8,13 @@ autocommit connection: one round trip. Read-modify-write (`transact`) locks the 
 starts over, now locking that writer's row. Row locks only, so writers of other keys never wait,
 and no isolation-level retry loop is needed.
 
-Transient failures (server restart, dropped connection, "starting up") are retried with
-exponential backoff for a bounded window, then raise `BackendUnavailableError` naming the server.
+Transient failures (server restart, dropped connection, "starting up", crash recovery) are
+retried with exponential backoff for a bounded window, then raise `BackendUnavailableError`
+naming the server. What is transient is decided by the phase and the SQLSTATE class: while
+connecting, only the answers listed in `_TRANSIENT_CONNECT` (refused, timed out, starting up,
+too many clients...); once connected, a lost connection or a SQLSTATE of class 08, 40, 53 or
+57P0x. Everything else (a wrong password, an unknown host, an invalid port, "index row size
+exceeds btree maximum", a syntax error) is a `BackendError` at once, with the server's words.
 Plain writes are idempotent, so they are retried even when the failure hides whether they
 committed. `transact` is retried only when it certainly did not commit (the failure came before
 COMMIT was sent); a connection lost during COMMIT raises instead of risking a second increment.
@@ -23,17 +28,18 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 import threading
-import time
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import psycopg.conninfo
 import psycopg.errors
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import (
     Entry,
     Row,
@@ -42,6 +48,7 @@ from taskstate.backends.base import (
     prefix_upper_bound,
 )
 from taskstate.errors import BackendError, BackendUnavailableError, ConfigError, SchemaMissingError
+from taskstate.redaction import redact_url, scrub, url_secrets
 
 T = TypeVar("T")
 
@@ -72,6 +79,18 @@ MIGRATIONS: list[str] = [
     UPDATE {TABLE} SET value = '@taskstate-ref:' || substr(value, 23, 98)
         WHERE value ~ '^\\{{"__taskstate_ref__":"{_HEX32}/{_HEX32}/{_HEX32}"\\}}$';
     """,
+    # 3: a b-tree entry is at most ~2700 bytes, and a namespace + key can be more (a 1500-char
+    # asset name in a 4-byte script is 6000), which failed with "index row size exceeds btree
+    # maximum". The identity becomes the fixed-size hashes of both (a real primary key, so
+    # replication keeps working); order and prefix ranges use the first 200 characters of
+    # the namespace (at most 800 bytes). Rows stay as they are.
+    f"""
+    ALTER TABLE {TABLE}
+        ADD COLUMN namespace_md5 uuid GENERATED ALWAYS AS (md5(namespace)::uuid) STORED,
+        ADD COLUMN key_md5 uuid GENERATED ALWAYS AS (md5(key)::uuid) STORED;
+    ALTER TABLE {TABLE} DROP CONSTRAINT {TABLE}_pkey, ADD PRIMARY KEY (namespace_md5, key_md5);
+    CREATE INDEX {TABLE}_order ON {TABLE} ((left(namespace, 200)));
+    """,
 ]
 
 # Serialises concurrent `migrate()` calls (pg_advisory_xact_lock key; "tsdb" in ASCII).
@@ -82,33 +101,40 @@ _CREATE_VERSION_TABLE = (
 )
 _CURRENT_VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"
 
-_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE namespace = %s AND key = %s"
+# One key, found through the primary key; parameters (namespace, key).
+_KEY = "(namespace_md5, key_md5) = (md5(%s)::uuid, md5(%s)::uuid)"
+_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE {_KEY}"
 _LOCK = _GET + " FOR UPDATE"
-_SET = (
+_INSERT = (
     f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
-    "VALUES (%s, %s, %s, %s, %s, %s) "
-    "ON CONFLICT (namespace, key) DO UPDATE SET value = excluded.value, "
-    "expires_at = excluded.expires_at, updated_at = excluded.updated_at, "
-    "updated_by = excluded.updated_by"
+    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (namespace_md5, key_md5) DO "
 )
-_CREATE = (
-    f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
-    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (namespace, key) DO NOTHING"
+_SET = _INSERT + (
+    "UPDATE SET value = excluded.value, expires_at = excluded.expires_at, "
+    "updated_at = excluded.updated_at, updated_by = excluded.updated_by"
 )
+_CREATE = _INSERT + "NOTHING"
 _UPDATE = (
-    f"UPDATE {TABLE} SET value = %s, expires_at = %s, updated_at = %s, updated_by = %s "
-    "WHERE namespace = %s AND key = %s"
+    f"UPDATE {TABLE} SET value = %s, expires_at = %s, updated_at = %s, updated_by = %s WHERE {_KEY}"
 )
-_DELETE = f"DELETE FROM {TABLE} WHERE namespace = %s AND key = %s"
-_CLEAR = f"DELETE FROM {TABLE} WHERE namespace = %s"
-_CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE namespace >= %s AND namespace < %s"
+_DELETE = f"DELETE FROM {TABLE} WHERE {_KEY}"
+_CLEAR = f"DELETE FROM {TABLE} WHERE namespace_md5 = md5(%s)::uuid"
+# Namespaces in [lo, hi): the truncated bounds let the order index narrow the range (cutting
+# both sides of a comparison to 200 characters keeps it true in byte order).
+_RANGE = (
+    "left(namespace, 200) >= left(%(lo)s, 200) AND left(namespace, 200) <= left(%(hi)s, 200) "
+    "AND namespace >= %(lo)s AND namespace < %(hi)s"
+)
+_CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE {_RANGE}"
 _CLEAR_ALL = f"DELETE FROM {TABLE}"
-# Keyset pages: a scan of millions of rows never holds a cursor or a transaction open.
+# Keyset pages: a scan of millions of rows never holds a cursor or a transaction open. Ordering
+# by the indexed prefix first is the same order as (namespace, key), and lets the server read
+# the index in order and sort only rows sharing a 200-character prefix.
+_ORDER = "ORDER BY left(namespace, 200), namespace, key LIMIT %(limit)s"
+_AFTER = "left(namespace, 200) >= left(%(ns)s, 200) AND (namespace, key) > (%(ns)s, %(key)s)"
 _SCAN_COLUMNS = f"SELECT namespace, key, value, expires_at, updated_at, updated_by FROM {TABLE} "
-_SCAN_PAGE = _SCAN_COLUMNS + "WHERE (namespace, key) > (%s, %s) ORDER BY 1, 2 LIMIT %s"
-_SCAN_RANGE_PAGE = (
-    _SCAN_COLUMNS + "WHERE namespace < %s AND (namespace, key) > (%s, %s) ORDER BY 1, 2 LIMIT %s"
-)
+_SCAN_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} {_ORDER}"
+_SCAN_RANGE_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} AND {_RANGE} {_ORDER}"
 _SCAN_PAGE_SIZE = 1000
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= %s"
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= %s"
@@ -120,21 +146,34 @@ _DELETE_EXPIRED_BATCH = (
     f"SELECT ctid FROM {TABLE} WHERE expires_at <= %s LIMIT %s)) AND expires_at <= %s"
 )
 
-# Server answers that mean "ask again shortly", as opposed to wrong password / no such database.
+# Answers while connecting that mean "ask again shortly", as opposed to a wrong password, no such
+# database, an unknown host or an invalid port, which waiting never fixes.
 _TRANSIENT_CONNECT = (
     "connection refused",
     "starting up",
+    "not yet accepting connections",  # crash recovery, PostgreSQL >= 14
+    "not accepting connections",  # a standby being promoted
     "shutting down",
     "recovery mode",
     "too many clients",
+    "connection slots are reserved",
     "timeout expired",
     "server closed the connection",
+    "connection reset",
     "could not receive data",
     "could not send data",
     "no route to host",
     "network is unreachable",
-    "could not translate host name",
+    "temporary failure in name resolution",
+    "cannot assign requested address",
 )
+# SQLSTATEs of a connected session that mean the same: connection exceptions (class 08),
+# serialization failure / deadlock (40), insufficient resources (53), and the server going
+# away or not ready (57P01 admin shutdown, 57P02 crash shutdown, 57P03 cannot connect now,
+# 57P05 idle session timeout). 57014 (statement_timeout) is not: asking again won't help.
+_TRANSIENT_CLASSES = ("08", "40", "53")
+_TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03", "55P03"})
+_BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # Pools inherited through fork(): kept referenced so that garbage collection in the child never
 # closes them (closing would end the parent's sessions on the shared sockets).
 _INHERITED: list[ConnectionPool[Any]] = []
@@ -144,17 +183,19 @@ def conninfo_from_url(url: str) -> str:
     """libpq URL from ours or SQLAlchemy's: `postgresql+psycopg2://` → `postgresql://`."""
     scheme, sep, rest = url.partition("://")
     if not sep or scheme.split("+")[0] not in ("postgresql", "postgres"):
-        raise ConfigError(f"not a PostgreSQL URL: {redact(url)!r}; write postgresql://user@host/db")
+        raise ConfigError(
+            f"not a PostgreSQL URL: {redact_url(url)!r}; write postgresql://user@host/db"
+        )
+    # libpq ends the user info at the first "/" or "@": an unencoded one in the password
+    # would make the rest of it the host or database name, shown in every message.
+    userinfo = rest.partition("?")[0].rpartition("@")[0]
+    password = userinfo.partition(":")[2]
+    if "/" in password or "@" in password or _BAD_ESCAPE.search(password):
+        raise ConfigError(
+            f"the password in the PostgreSQL URL {redact_url(url)!r} must be percent-encoded: "
+            "write / as %2F, @ as %40 and % as %25 (urllib.parse.quote(password, safe=''))"
+        )
     return "postgresql://" + rest
-
-
-def redact(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")
-    user = netloc[0].partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
 
 
 def server_name(conninfo: str) -> str:
@@ -162,24 +203,31 @@ def server_name(conninfo: str) -> str:
     try:
         params = psycopg.conninfo.conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as exc:
-        raise ConfigError(f"invalid PostgreSQL URL: {exc}") from None
+        reason = scrub(str(exc), url_secrets(conninfo))  # libpq may quote the password
+        raise ConfigError(f"invalid PostgreSQL URL {redact_url(conninfo)!r}: {reason}") from None
     host = params.get("host") or os.environ.get("PGHOST") or "localhost"
     port = params.get("port") or os.environ.get("PGPORT") or "5432"
     dbname = params.get("dbname") or os.environ.get("PGDATABASE") or params.get("user") or ""
     return f"{host}:{port}/{dbname}"
 
 
+def _transient_connect(exc: psycopg.OperationalError) -> bool:
+    """A failure to connect that waiting may fix."""
+    text = str(exc).lower()
+    return any(part in text for part in _TRANSIENT_CONNECT)
+
+
 def _is_transient(exc: BaseException) -> bool:
+    """A failure of a connected session (or of the pool to hand one out) that waiting may fix.
+    Failures to connect reach here only when `_transient_connect` already said so."""
     if isinstance(exc, PoolTimeout):
         return True
-    if isinstance(exc, psycopg.errors.QueryCanceled):  # statement_timeout: asking again won't help
+    if not isinstance(exc, psycopg.Error):
         return False
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    if exc.sqlstate is not None:  # shutdown, crash, too many clients, deadlock: all pass
-        return True
-    text = str(exc).lower()
-    return "fatal:" not in text or any(part in text for part in _TRANSIENT_CONNECT)
+    state = exc.sqlstate
+    if state is None:  # no answer from the server: the connection broke under us
+        return isinstance(exc, psycopg.OperationalError)
+    return state.startswith(_TRANSIENT_CLASSES) or state in _TRANSIENT_STATES
 
 
 class _Connection(psycopg.Connection[Any]):
@@ -209,12 +257,13 @@ class PostgresBackend(StateBackend):
         connect_timeout_s: float = 10.0,
     ) -> None:
         self._conninfo = conninfo_from_url(url)
-        self.url = redact(url)
+        self.url = redact_url(url)
         self.server = server_name(self._conninfo)
         self._pool_size = pool_size
         self._retry_window_s = retry_window_s
         self._connect_timeout_s = connect_timeout_s
         self._pool_obj: ConnectionPool[_Connection] | None = None
+        self._release: weakref.finalize[Any, Any] | None = None
         self._pid = 0
         self._lock, self._lock_pid = threading.Lock(), os.getpid()
 
@@ -259,6 +308,10 @@ class PostgresBackend(StateBackend):
                 )
                 pool.open(wait=False)
                 self._pool_obj, self._pid = pool, os.getpid()
+                # A backend dropped without close() closes its pool from the dropping thread
+                # (or at exit): left to the pool's own finaliser, that can run in the pool's
+                # worker thread, which then tries to join itself.
+                self._release = weakref.finalize(self, _release_pool, pool, self._pid)
             return self._pool_obj
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -266,9 +319,10 @@ class PostgresBackend(StateBackend):
         try:
             return psycopg.connect(self._conninfo, **self._connect_kwargs())
         except psycopg.OperationalError as exc:
-            if not _is_transient(exc):
+            if not _transient_connect(exc):
+                reason = scrub(str(exc).strip(), url_secrets(self._conninfo))
                 raise BackendError(
-                    f"cannot connect to PostgreSQL at {self.server}: {exc}"
+                    f"cannot connect to PostgreSQL at {self.server}: {reason}"
                 ) from None
             raise
 
@@ -287,17 +341,13 @@ class PostgresBackend(StateBackend):
             )
 
     def close(self) -> None:
-        pool, self._pool_obj = self._pool_obj, None
-        if pool is None:
-            return
-        if self._pid == os.getpid():
-            pool.close()
-        else:
-            _INHERITED.append(pool)  # the parent's: closing it here would end its sessions
+        release, self._release, self._pool_obj = self._release, None, None
+        if release is not None:
+            release()
 
     def _run(self, op: Callable[[_Connection], T]) -> T:
         """Run `op` on a pooled connection; retry transient failures for a bounded window."""
-        delay, deadline, attempts = 0.05, 0.0, 0
+        backoff = Backoff(self._retry_window_s)
         while True:
             pool = None
             # getconn/putconn, not pool.connection(): that also runs a (no-op) commit per call.
@@ -322,17 +372,12 @@ class PostgresBackend(StateBackend):
                 if not _is_transient(exc):
                     raise BackendError(f"PostgreSQL at {self.server}: {exc}") from exc
                 last: BaseException = exc
-            attempts += 1
-            now = time.monotonic()
-            deadline = deadline or now + self._retry_window_s
-            if now + delay > deadline:
+            if not backoff.pause():
                 raise BackendUnavailableError(
-                    f"PostgreSQL at {self.server} is unavailable: {attempts} attempts over "
-                    f"{self._retry_window_s:.0f}s failed; last error: {self._reason(last)}. "
+                    f"PostgreSQL at {self.server} is unavailable: {backoff.attempts} attempts "
+                    f"over {self._retry_window_s:.0f}s failed; last error: {self._reason(last)}. "
                     "A write either landed whole before the outage or not at all"
                 ) from last
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
             if pool is not None and pool is self._pool_obj:
                 pool.check()  # drop every idle connection the outage broke, not one per attempt
 
@@ -377,7 +422,7 @@ class PostgresBackend(StateBackend):
     def clear_prefix(self, prefix: str) -> int:
         if not prefix:
             return self._run(lambda conn: conn.execute(_CLEAR_ALL).rowcount)
-        bounds = (prefix, prefix_upper_bound(prefix))
+        bounds = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
         return self._run(lambda conn: conn.execute(_CLEAR_RANGE, bounds).rowcount)
 
     def transact(
@@ -438,9 +483,10 @@ class PostgresBackend(StateBackend):
 
     @staticmethod
     def _scan_page(conn: psycopg.Connection[Any], prefix: str, after: tuple[str, str]) -> list[Any]:
+        params = {"ns": after[0], "key": after[1], "limit": _SCAN_PAGE_SIZE}
         if not prefix:
-            return conn.execute(_SCAN_PAGE, (*after, _SCAN_PAGE_SIZE), prepare=True).fetchall()
-        params = (prefix_upper_bound(prefix), *after, _SCAN_PAGE_SIZE)
+            return conn.execute(_SCAN_PAGE, params, prepare=True).fetchall()
+        params.update(lo=prefix, hi=prefix_upper_bound(prefix))
         return conn.execute(_SCAN_RANGE_PAGE, params, prepare=True).fetchall()
 
     def count_expired(self, now: float) -> int:
@@ -487,21 +533,26 @@ class PostgresBackend(StateBackend):
 
     def _direct(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
         """One short-lived connection outside the pool, with the same retries."""
-        delay, deadline = 0.05, time.monotonic() + self._retry_window_s
+        backoff = Backoff(self._retry_window_s)
         while True:
             try:
                 with self._connect() as conn:
                     return op(conn)
-            except psycopg.OperationalError as exc:
+            except psycopg.Error as exc:
                 if not _is_transient(exc):
-                    raise
-                if time.monotonic() + delay > deadline:
+                    raise BackendError(f"PostgreSQL at {self.server}: {exc}") from exc
+                if not backoff.pause():
                     raise BackendUnavailableError(
                         f"PostgreSQL at {self.server} is unavailable after "
                         f"{self._retry_window_s:.0f}s: {str(exc).strip()}"
                     ) from exc
-            time.sleep(delay)
-            delay = min(delay * 2, 2.0)
+
+
+def _release_pool(pool: ConnectionPool[Any], pid: int) -> None:
+    if pid == os.getpid():
+        pool.close()
+    else:
+        _INHERITED.append(pool)  # the parent's: closing it here would end its sessions
 
 
 def _current_version(conn: psycopg.Connection[Any]) -> int | None:

@@ -6,19 +6,30 @@ file's write lock up front so concurrent updaters queue (busy_timeout) instead o
 WAL with synchronous=NORMAL loses nothing when the writing process is killed: a committed
 transaction is in the WAL before `set` returns. (An OS crash or power cut can lose the last
 commits; `synchronous=FULL` via `?synchronous=full` in the URL trades speed for that.)
+
+A new connection checks the schema version without any lock and takes the write lock only
+when there is a migration to apply, so a reader never queues behind a writer. A busy timeout
+(another process held the write lock too long) is a `BackendBusyError` naming the file.
+
+Files taskstate creates are private: directories 0700, the database 0600 (SQLite gives the WAL
+and SHM files the database's mode). Under a setgid directory they are 0770/0660 instead, for
+deployments whose components run as different users of one group.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import sqlite3
+import stat
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import (
     Entry,
     Row,
@@ -26,7 +37,8 @@ from taskstate.backends.base import (
     StateBackend,
     prefix_upper_bound,
 )
-from taskstate.errors import BackendError, ConfigError
+from taskstate.errors import BackendBusyError, BackendError, ConfigError
+from taskstate.redaction import redact_url
 
 T = TypeVar("T")
 
@@ -87,9 +99,65 @@ def path_from_url(url: str) -> Path:
     parts = urlsplit(url)
     if parts.scheme != "sqlite" or not parts.path.startswith("/") or parts.path == "/":
         raise ConfigError(
-            f"not a SQLite URL: {url!r}; write sqlite:///relative.db or sqlite:////abs/path.db"
+            f"not a SQLite URL: {redact_url(url)!r}; write sqlite:///relative.db or "
+            "sqlite:////abs/path.db"
         )
     return Path(unquote(parts.path[1:]))
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _typed_errors(method: F) -> F:
+    """sqlite3's errors as taskstate's, naming the file (the busy timeout as its own type)."""
+
+    @functools.wraps(method)
+    def wrapper(self: SQLiteBackend, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _is_busy(exc: sqlite3.Error) -> bool:
+    return isinstance(exc, sqlite3.OperationalError) and "locked" in str(exc)
+
+
+def _private_mode(directory: Path, *, is_dir: bool) -> int:
+    """0700/0600, or 0770/0660 (keeping setgid) when `directory` is setgid."""
+    if directory.stat().st_mode & stat.S_ISGID:
+        return 0o2770 if is_dir else 0o660
+    return 0o700 if is_dir else 0o600
+
+
+def _create_private(path: Path) -> None:
+    """Create the missing directories and the database file with private modes; whatever
+    already exists (or another process creates meanwhile) keeps the mode it has."""
+    missing: list[Path] = []
+    parent = path.parent
+    while not parent.exists():
+        missing.append(parent)
+        parent = parent.parent
+    for directory in reversed(missing):
+        mode = _private_mode(directory.parent, is_dir=True)
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            continue
+        os.chmod(directory, mode)  # exact, whatever the umask
+    if path.exists():
+        return
+    mode = _private_mode(path.parent, is_dir=False)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, mode)
+    finally:
+        os.close(fd)
 
 
 class SQLiteBackend(StateBackend):
@@ -99,7 +167,7 @@ class SQLiteBackend(StateBackend):
         options = {k: v[-1].lower() for k, v in parse_qs(urlsplit(url).query).items()}
         self._synchronous = options.get("synchronous", "normal")
         if self._synchronous not in ("normal", "full", "extra"):
-            raise ConfigError(f"synchronous must be normal, full or extra in {url!r}")
+            raise ConfigError(f"synchronous must be normal, full or extra in {redact_url(url)!r}")
         self._busy_timeout_s = busy_timeout_s
         self._local = threading.local()
         self._migrated = False
@@ -112,12 +180,29 @@ class SQLiteBackend(StateBackend):
         conn = self._open()
         if not self._migrated:
             # The embedded default creates its own schema on first use; there is no server
-            # to migrate ahead of time.
-            self._migrate_on(conn)
+            # to migrate ahead of time. Read the version without a lock: when it is current
+            # (the usual case) this connection never waits for a writer.
+            if (_user_version(conn) or 0) < len(MIGRATIONS):
+                self._migrate_on(conn)
+            self._migrated = True
         return conn
 
+    def _error(self, exc: sqlite3.Error) -> BackendError:
+        if _is_busy(exc):
+            return BackendBusyError(
+                f"the state database {self.path} stayed locked by another process's write for "
+                f"more than {self._busy_timeout_s:g}s (the busy timeout); nothing was done. "
+                "Retry, or find the process holding a long transaction on it"
+            )
+        return BackendError(f"the state database {self.path}: {exc}")
+
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            _create_private(self.path)
+        except OSError as exc:
+            raise BackendError(
+                f"cannot create the state database {self.path}: {exc.strerror or exc}"
+            ) from None
         try:
             conn = sqlite3.connect(
                 self.path,
@@ -129,6 +214,8 @@ class SQLiteBackend(StateBackend):
             self._enable_wal(conn)
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
         except sqlite3.Error as exc:
+            if _is_busy(exc):
+                raise self._error(exc) from exc
             raise BackendError(f"cannot open the state database {self.path}: {exc}") from exc
         self._local.conn = conn
         self._local.pid = os.getpid()
@@ -137,17 +224,26 @@ class SQLiteBackend(StateBackend):
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         # Switching a new file to WAL needs an exclusive lock and SQLite does not run the busy
         # handler for it, so processes opening a fresh file at once must wait here themselves.
-        deadline = time.monotonic() + self._busy_timeout_s
-        delay = 0.001
+        backoff = Backoff(self._busy_timeout_s, first_s=0.001, cap_s=0.1)
         while True:
             try:
                 conn.execute("PRAGMA journal_mode=WAL")
                 return
             except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() > deadline:
+                if not _is_busy(exc) or not backoff.pause():
                     raise
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
+
+    @contextlib.contextmanager
+    def _write_transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+        """`BEGIN IMMEDIATE` ... COMMIT, rolled back on any exception (the one place)."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield conn
+        except BaseException:
+            if conn.in_transaction:  # SQLite rolls back by itself after some errors
+                conn.execute("ROLLBACK")
+            raise
+        conn.execute("COMMIT")
 
     def close(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -155,10 +251,12 @@ class SQLiteBackend(StateBackend):
             conn.close()
         self._local = threading.local()
 
+    @_typed_errors
     def get(self, namespace: str, key: str) -> Entry | None:
         row = self._conn().execute(_GET, (namespace, key)).fetchone()
         return None if row is None else Entry(*row)
 
+    @_typed_errors
     def set(
         self,
         namespace: str,
@@ -170,17 +268,21 @@ class SQLiteBackend(StateBackend):
     ) -> None:
         self._conn().execute(_SET, (namespace, key, value, expires_at, now, updated_by))
 
+    @_typed_errors
     def delete(self, namespace: str, key: str) -> None:
         self._conn().execute(_DELETE, (namespace, key))
 
+    @_typed_errors
     def clear(self, namespace: str) -> int:
         return self._conn().execute(_CLEAR, (namespace,)).rowcount
 
+    @_typed_errors
     def clear_prefix(self, prefix: str) -> int:
         if not prefix:
             return self._conn().execute(f"DELETE FROM {TABLE}").rowcount
         return self._conn().execute(_CLEAR_RANGE, (prefix, prefix_upper_bound(prefix))).rowcount
 
+    @_typed_errors
     def transact(
         self,
         namespace: str,
@@ -188,55 +290,52 @@ class SQLiteBackend(StateBackend):
         fn: Callable[[Entry | None], tuple[Entry | None, T]],
         now: float,
     ) -> T:
-        conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._write_transaction(self._conn()) as conn:
             row = conn.execute(_GET, (namespace, key)).fetchone()
             new, result = fn(None if row is None else Entry(*row))
             if new is not None:
-                conn.execute(_SET, (namespace, key, new.value, new.expires_at, now, new.updated_by))
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+                params = (new.value, new.expires_at, now, new.updated_by)
+                conn.execute(_SET, (namespace, key, *params))
         return result
 
+    @_typed_errors
     def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
-        conn = self._conn()
         params = [
             (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
         ]
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            written = conn.executemany(_SET if replace else _CREATE, params).rowcount
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+        with self._write_transaction(self._conn()) as conn:
+            written: int = conn.executemany(_SET if replace else _CREATE, params).rowcount
         return written
 
     def scan(self, prefix: str = "") -> Iterator[Row]:
-        conn = self._conn()
-        cursor = (
-            conn.execute(_SCAN_RANGE, (prefix, prefix_upper_bound(prefix)))
-            if prefix
-            else conn.execute(_SCAN_ALL)
-        )
-        for row in cursor:
-            yield Row(*row)
+        try:
+            conn = self._conn()
+            cursor = (
+                conn.execute(_SCAN_RANGE, (prefix, prefix_upper_bound(prefix)))
+                if prefix
+                else conn.execute(_SCAN_ALL)
+            )
+            for row in cursor:
+                yield Row(*row)
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
 
+    @_typed_errors
     def count_expired(self, now: float) -> int:
         return int(self._conn().execute(_COUNT_EXPIRED, (now,)).fetchone()[0])
 
+    @_typed_errors
     def delete_expired(self, now: float, limit: int) -> int:
         conn = self._conn()
         if limit <= 0:
             return conn.execute(_DELETE_EXPIRED, (now,)).rowcount
         return conn.execute(_DELETE_EXPIRED_BATCH, (now, limit)).rowcount
 
+    @_typed_errors
     def schema_status(self) -> SchemaStatus:
         return SchemaStatus(_user_version(self._conn()), len(MIGRATIONS))
 
+    @_typed_errors
     def migrate(self) -> list[int]:
         local = self._local
         conn = local.conn if getattr(local, "conn", None) and local.pid == os.getpid() else None
@@ -246,8 +345,7 @@ class SQLiteBackend(StateBackend):
         """Bring the schema up to date. A newer schema (a newer taskstate is rolling out) is
         read and written as is, like the PostgreSQL backend does; only `migrate` refuses it."""
         applied: list[int] = []
-        conn.execute("BEGIN IMMEDIATE")
-        try:
+        with self._write_transaction(conn):
             current = _user_version(conn) or 0
             if current > len(MIGRATIONS) and explicit:
                 raise BackendError(
@@ -261,10 +359,6 @@ class SQLiteBackend(StateBackend):
                 applied.append(version)
             if applied:
                 conn.execute(f"PRAGMA user_version = {applied[-1]}")
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
         self._migrated = True
         return applied
 

@@ -9,11 +9,11 @@ installed. A fault in either never fails the job it observes.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
+from taskstate.metrics import airflow_stats
 from taskstate.resumable.decision import ResumeAction, ResumeDecision
 
 LOG = logging.getLogger("taskstate.resumable")
@@ -99,21 +99,6 @@ def report(
         ", ".join(facts) or external_id_key,
         decision.reason,
     )
-
-
-def airflow_stats() -> Any:
-    """Airflow's Stats, if Airflow is already loaded in this process (never imported here)."""
-    if "airflow" not in sys.modules:
-        return None
-    for module, name in (
-        ("airflow.sdk.observability.stats", "Stats"),  # Airflow 3.2+
-        ("airflow.stats", "Stats"),  # Airflow 2.x, 3.0, 3.1
-    ):
-        try:
-            return getattr(__import__(module, fromlist=[name]), name)
-        except (ImportError, AttributeError):
-            continue
-    return None
 
 
 def _emit(counters: tuple[str, ...], tags: dict[str, str]) -> None:

@@ -1,0 +1,93 @@
+"""The HTTP API on Airflow 3's api-server: users authenticate as with Airflow's own API (the
+bearer JWT from `/auth/token`, or the UI's `_token` cookie) and Airflow's auth manager decides:
+task state needs the DAG's task-instance permission for the method, asset state the asset
+permission. taskstate tokens are accepted too (checked first; they name their audience)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+
+from taskstate.airflow.api_hosting import airflow_hosting
+from taskstate.api.app import create_app
+from taskstate.api.auth import Auth, Method, Principal, TokenAuthenticator, Unauthenticated, bearer
+from taskstate.api.tokens import SigningKeys
+from taskstate.scope import AssetScope
+from taskstate.store import StateStore
+
+COOKIE = "_token"  # Airflow 3's COOKIE_NAME_JWT_TOKEN
+
+
+class AirflowUser:
+    """A user of Airflow's auth manager; answers are cached for the request."""
+
+    def __init__(self, user: Any, auth_manager: Any) -> None:
+        self.user = user
+        self.auth_manager = auth_manager
+        self._dags: dict[tuple[str, Method], bool] = {}
+        self._assets: dict[Method, bool] = {}
+
+    @property
+    def subject(self) -> str:
+        return str(self.user.get_name())
+
+    def may_task(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
+    ) -> bool:
+        if (dag_id, method) not in self._dags:
+            from airflow.api_fastapi.auth.managers.models.resource_details import (
+                DagAccessEntity,
+                DagDetails,
+            )
+
+            self._dags[dag_id, method] = bool(
+                self.auth_manager.is_authorized_dag(
+                    method=method,
+                    access_entity=DagAccessEntity.TASK_INSTANCE,
+                    details=DagDetails(id=dag_id),
+                    user=self.user,
+                )
+            )
+        return self._dags[dag_id, method]
+
+    def may_asset(self, asset: AssetScope, method: Method) -> bool:
+        # Airflow's auth managers grant asset access per method, not per asset.
+        if method not in self._assets:
+            from airflow.api_fastapi.auth.managers.models.resource_details import AssetDetails
+
+            self._assets[method] = bool(
+                self.auth_manager.is_authorized_asset(
+                    method=method, details=AssetDetails(), user=self.user
+                )
+            )
+        return self._assets[method]
+
+
+async def airflow_user(request: Request) -> Principal | None:
+    """Airflow's JWT from the Authorization header or the UI cookie, resolved by its auth
+    manager; None without either, so the request ends as a 401."""
+    token = bearer(request) or request.cookies.get(COOKIE)
+    if not token:
+        return None
+    import jwt
+    from airflow.api_fastapi.app import get_auth_manager
+
+    auth_manager = get_auth_manager()
+    try:
+        user = await auth_manager.get_user_from_token(token)
+    except jwt.ExpiredSignatureError:
+        raise Unauthenticated(
+            "the Airflow token has expired; get a new one from /auth/token"
+        ) from None
+    except jwt.InvalidTokenError:
+        raise Unauthenticated("the Airflow token is not valid") from None
+    return AirflowUser(user, auth_manager)
+
+
+def build_app(store: StateStore | None = None) -> FastAPI:
+    keys = SigningKeys.load()
+    authenticators: list[Any] = [] if keys is None else [TokenAuthenticator(keys)]
+    authenticators.append(airflow_user)
+    auth = Auth(authenticators, open_access=False)
+    return create_app(store or StateStore(), auth, hosting=airflow_hosting())

@@ -1,0 +1,73 @@
+"""The Airflow plugin (entry point `airflow.plugins`): taskstate's HTTP API inside Airflow.
+
+- Airflow 3.0–3.2: the FastAPI app mounted on the api-server at `/taskstate` (`fastapi_apps`).
+- Airflow 2.10/2.11: the same routes on the webserver, through a Flask blueprint.
+- Airflow 3.3+: Airflow's own store is in charge and the plugin stands aside, unless
+  `[state_store] taskstate_mode = taskstate` says taskstate still is (the upgrade path).
+
+The attributes are properties, so the app is built only by the process that serves it (the
+api-server or webserver), never by schedulers or workers that merely load plugins.
+"""
+
+from __future__ import annotations
+
+from functools import cache
+from typing import Any
+
+from airflow.plugins_manager import AirflowPlugin
+
+from taskstate.airflow.serving import api_served
+from taskstate.airflow.versions import airflow_version, version_tuple
+
+BASE_PATH = "/taskstate"
+
+
+def _major() -> int:
+    version = airflow_version()
+    return 0 if version is None else version_tuple(version)[0]
+
+
+@cache
+def _fastapi_apps() -> list[dict[str, Any]]:
+    if not api_served() or _major() < 3:
+        return []
+    from taskstate.airflow.api_v3 import build_app
+
+    return [{"app": build_app(), "url_prefix": BASE_PATH, "name": "taskstate"}]
+
+
+@cache
+def _flask_blueprints() -> list[Any]:
+    if not api_served() or _major() >= 3:
+        return []
+    from taskstate.airflow.api_v2 import blueprint
+
+    return [blueprint()]
+
+
+def ui_extensions() -> dict[str, list[Any]]:
+    """The UI's additions to this plugin (issue 14: external views, menu links, appbuilder
+    views), by AirflowPlugin attribute name. `taskstate.ui.airflow.plugin_extensions()`
+    provides them once the UI exists; until then there are none."""
+    try:
+        from taskstate.ui.airflow import plugin_extensions  # type: ignore[import-not-found]
+    except ImportError:
+        return {}
+    extensions: dict[str, list[Any]] = plugin_extensions()
+    return extensions
+
+
+class TaskStatePlugin(AirflowPlugin):  # type: ignore[misc]  # Airflow is untyped here
+    name = "taskstate"
+
+    @property
+    def fastapi_apps(self) -> list[dict[str, Any]]:
+        return _fastapi_apps()
+
+    @property
+    def flask_blueprints(self) -> list[Any]:
+        return _flask_blueprints()
+
+
+for _attribute, _values in ui_extensions().items():
+    setattr(TaskStatePlugin, _attribute, _values)

@@ -1,0 +1,192 @@
+"""Who is calling (authentication) and what they may touch (authorisation), as one dependency.
+
+An `Authenticator` (async) looks at a request and returns a `Principal`, None when it carries
+no credentials it recognises, or raises `Unauthenticated` for credentials it recognises but
+refuses. `Auth` tries its authenticators in order; standalone there is one (taskstate tokens),
+inside Airflow the plugin adds Airflow's own (auth manager / FAB). A `Principal` answers
+"may I do METHOD on this task scope / asset?"; the routes ask before reading or writing.
+401 is for who, 403 for what.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal, Protocol
+
+import jwt
+from fastapi import HTTPException, Request, status
+
+from taskstate.api.tokens import AUDIENCE, Claims, SigningKeys
+from taskstate.errors import InvalidTokenError
+from taskstate.scope import AssetScope
+
+Method = Literal["GET", "PUT", "DELETE"]
+
+
+class Principal(Protocol):
+    """An authenticated caller."""
+
+    @property
+    def subject(self) -> str:
+        """Recorded as `last_updated_by.subject` on the caller's writes."""
+        ...
+
+    def may_task(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
+    ) -> bool:
+        """`map_index` None: every map index of the task (a clear with `all_map_indices`)."""
+        ...
+
+    def may_asset(self, asset: AssetScope, method: Method) -> bool: ...
+
+
+class Unauthenticated(HTTPException):
+    def __init__(self, detail: str) -> None:
+        super().__init__(
+            status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"}
+        )
+
+
+class Forbidden(HTTPException):
+    def __init__(self, detail: str) -> None:
+        super().__init__(status.HTTP_403_FORBIDDEN, detail)
+
+
+Authenticator = Callable[[Request], Awaitable["Principal | None"]]
+
+
+class OpenAccess:
+    """No secret key and a loopback server: everything is allowed (the server says so)."""
+
+    subject = "anonymous"
+
+    def may_task(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
+    ) -> bool:
+        return True
+
+    def may_asset(self, asset: AssetScope, method: Method) -> bool:
+        return True
+
+
+class TokenPrincipal:
+    """A taskstate token: it may touch only what its claims name."""
+
+    def __init__(self, claims: Claims) -> None:
+        self.claims = claims
+
+    @property
+    def subject(self) -> str:
+        return self.claims.subject
+
+    def _method_ok(self, method: Method) -> bool:
+        return method == "GET" or not self.claims.read_only
+
+    def may_task(
+        self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
+    ) -> bool:
+        c = self.claims
+        if not self._method_ok(method):
+            return False
+        if c.admin:
+            return True
+        return (
+            any(fnmatch.fnmatchcase(dag_id, pattern) for pattern in c.dag_ids)
+            and c.run_id in (None, run_id)
+            and c.task_id in (None, task_id)
+            and (c.map_index is None or c.map_index == map_index)
+        )
+
+    def may_asset(self, asset: AssetScope, method: Method) -> bool:
+        if not self._method_ok(method):
+            return False
+        return self.claims.admin or asset.identity in self.claims.assets
+
+
+def bearer(request: Request) -> str | None:
+    return parse_bearer(request.headers.get("authorization"))
+
+
+def parse_bearer(header: str | None) -> str | None:
+    scheme, _, credentials = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not credentials.strip():
+        return None
+    return credentials.strip()
+
+
+class TokenAuthenticator:
+    """Accepts taskstate tokens (audience `taskstate`); leaves other bearers to the others."""
+
+    def __init__(self, keys: SigningKeys) -> None:
+        self.keys = keys
+
+    async def __call__(self, request: Request) -> Principal | None:
+        token = bearer(request)
+        if token is None or not is_taskstate_token(token):
+            return None
+        try:
+            return TokenPrincipal(self.keys.verify(token))
+        except InvalidTokenError as exc:
+            raise Unauthenticated(str(exc)) from None
+
+
+def is_taskstate_token(token: str) -> bool:
+    """Ours to check (audience `taskstate`, or not a JWT at all), or another issuer's."""
+    try:
+        payload = jwt.decode(token, options={"verify_signature": False})
+    except jwt.PyJWTError:
+        return True  # not a JWT at all: ours to refuse with a clear message
+    audience = payload.get("aud")
+    return audience == AUDIENCE or (isinstance(audience, list) and AUDIENCE in audience)
+
+
+class Auth:
+    """The FastAPI dependency: the first authenticator that recognises the request decides."""
+
+    def __init__(self, authenticators: Sequence[Authenticator], *, open_access: bool) -> None:
+        self.authenticators = tuple(authenticators)
+        self.open_access = open_access
+
+    @classmethod
+    def standalone(cls, keys: SigningKeys | None) -> Auth:
+        if keys is None:
+            return cls((), open_access=True)
+        return cls((TokenAuthenticator(keys),), open_access=False)
+
+    async def __call__(self, request: Request) -> Principal:
+        for authenticate in self.authenticators:
+            principal = await authenticate(request)
+            if principal is not None:
+                return principal
+        if self.open_access:
+            return OpenAccess()
+        if bearer(request) is not None:
+            raise Unauthenticated("the bearer token is not valid here")
+        raise Unauthenticated(
+            "authentication required: send Authorization: Bearer <token> "
+            "(create one with `taskstate token create`)"
+        )
+
+
+def require_task(
+    principal: Principal,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int | None,
+    method: Method,
+) -> None:
+    if not principal.may_task(dag_id, run_id, task_id, map_index, method):
+        where = "every map index" if map_index is None else f"map_index={map_index}"
+        raise Forbidden(
+            f"{principal.subject!r} may not {method} the task state of dag_id={dag_id!r}, "
+            f"run_id={run_id!r}, task_id={task_id!r}, {where}"
+        )
+
+
+def require_asset(principal: Principal, asset: AssetScope, method: Method) -> None:
+    if not principal.may_asset(asset, method):
+        raise Forbidden(
+            f"{principal.subject!r} may not {method} the state of asset {asset.identity!r}"
+        )

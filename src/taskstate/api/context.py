@@ -1,0 +1,152 @@
+"""What every route shares: the app's context, the caller, paging, entries on the wire, ETags."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Annotated, Any, NoReturn
+
+from fastapi import Depends, Query, Request, Response
+from fastapi.exceptions import RequestValidationError
+
+from taskstate.api.auth import Auth, Principal
+from taskstate.scope import AssetScope
+from taskstate.settings import airflow_option
+from taskstate.store import StateStore, StoredEntry
+
+DEFAULT_PAGE_LIMIT = 50
+
+
+@dataclass(frozen=True)
+class Hosting:
+    """What a host (Airflow's plugin) adds; standalone there is nothing to add.
+
+    `task_instance_exists(dag_id, run_id, task_id, map_index)` (map_index None: any index)
+    makes writes to a task instance that does not exist 404, as in Airflow 3.3.
+    `asset_by_id(asset_id)` serves Airflow's `/assets/{asset_id}/state-store` routes.
+    """
+
+    task_instance_exists: Callable[[str, str, str, int | None], bool] | None = None
+    asset_by_id: Callable[[int], AssetScope | None] | None = None
+
+
+@dataclass
+class AppContext:
+    store: StateStore
+    auth: Auth
+    hosting: Hosting = field(default_factory=Hosting)
+    max_page_limit: int = 100  # Airflow's [api] maximum_page_limit
+
+    @property
+    def body_limit(self) -> int:
+        """Largest request body: the value limit plus room for JSON framing."""
+        limit = self.store.settings.max_value_storage_bytes
+        return 16 * 1024 * 1024 if limit <= 0 else limit + 64 * 1024
+
+
+def max_page_limit() -> int:
+    raw = airflow_option("api", "maximum_page_limit")
+    try:
+        return max(1, int(raw)) if raw else 100
+    except ValueError:
+        return 100
+
+
+def context(request: Request) -> AppContext:
+    ctx: AppContext = request.app.state.taskstate
+    return ctx
+
+
+async def caller(request: Request) -> Principal:
+    return await context(request).auth(request)
+
+
+Ctx = Annotated[AppContext, Depends(context)]
+Caller = Annotated[Principal, Depends(caller)]
+Limit = Annotated[int, Query(ge=0, description="At most `[api] maximum_page_limit` (100).")]
+Offset = Annotated[int, Query(ge=0)]
+
+
+def page_bounds(ctx: AppContext, limit: int, offset: int) -> tuple[int, int]:
+    """Airflow clamps `limit` to its maximum rather than refusing it; so do we."""
+    return min(limit, ctx.max_page_limit), offset
+
+
+def json_response(
+    body: Any, status_code: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """JSON out without a second validation pass (bodies are built from `StoredEntry`)."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return Response(text, status_code, headers, media_type="application/json")
+
+
+def iso(epoch: float | None) -> str | None:
+    """The datetime format pydantic (and so Airflow's API) writes: UTC with a `Z`."""
+    if epoch is None:
+        return None
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+def task_entry(entry: StoredEntry) -> dict[str, Any]:
+    return {
+        "key": entry.key,
+        "value": entry.value,
+        "updated_at": iso(entry.updated_at),
+        "expires_at": iso(entry.expires_at),
+        "last_updated_by": entry.updated_by,
+    }
+
+
+def asset_entry(entry: StoredEntry) -> dict[str, Any]:
+    return {
+        "key": entry.key,
+        "value": entry.value,
+        "updated_at": iso(entry.updated_at),
+        "last_updated_by": entry.updated_by,
+    }
+
+
+def api_writer(principal: Principal) -> dict[str, Any]:
+    return {"kind": "api", "subject": principal.subject}
+
+
+def quoted(etag: str) -> str:
+    return f'"{etag}"'
+
+
+def _tags(header: str) -> list[str]:
+    parts = (part.strip() for part in header.split(","))
+    return [part.removeprefix("W/").strip('"') for part in parts if part]
+
+
+def write_conditions(if_match: str | None, if_none_match: str | None) -> dict[str, Any]:
+    """`If-Match: <etag>` / `If-Match: *` / `If-None-Match: *` → the store's write arguments."""
+    out: dict[str, Any] = {}
+    if if_match is not None:
+        tags = _tags(if_match)
+        if tags == ["*"]:
+            out["must_exist"] = True
+        elif len(tags) == 1:
+            out["if_match"] = tags[0]
+        else:
+            unprocessable(("header", "if-match"), "If-Match takes one ETag (or *)")
+    if if_none_match is not None:
+        if _tags(if_none_match) != ["*"]:
+            unprocessable(
+                ("header", "if-none-match"), "a write takes only If-None-Match: * (create only)"
+            )
+        out["if_none_match"] = True
+    return out
+
+
+def not_modified(if_none_match: str | None, etag: str) -> bool:
+    return if_none_match is not None and (
+        etag in _tags(if_none_match) or _tags(if_none_match) == ["*"]
+    )
+
+
+def unprocessable(loc: tuple[str | int, ...], message: str) -> NoReturn:
+    """Refuse the request with FastAPI's own 422 shape."""
+    raise RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])

@@ -1,0 +1,122 @@
+"""Request and response bodies, field for field Airflow 3.3's state-store datamodels.
+
+Request bodies forbid extra fields. `value` is typed `Any` on purpose: the value rules live in
+`taskstate.values` (called by the store), so the API reports the same message as the Python
+accessor, in FastAPI's 422 shape (`taskstate.api.errors`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from typing import Any, Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class TaskStateBody(_Body):
+    """PUT: `expires_at` is `"default"` (`[state_store] default_retention_days`), `null`
+    (never) or an aware datetime."""
+
+    value: Any = Field(description="Any JSON value except null.")
+    expires_at: AwareDatetime | Literal["default"] | None = "default"
+
+
+class PatchBody(_Body):
+    """PATCH: a new value for an existing key; its expiry is kept."""
+
+    value: Any = Field(description="Any JSON value except null.")
+
+
+class AssetStateBody(_Body):
+    value: Any = Field(description="Any JSON value except null.")
+
+
+class LastUpdatedBy(BaseModel):
+    """Who wrote a key last: a task instance, a watcher, or an API caller (`subject`)."""
+
+    kind: Literal["task", "watcher", "api"]
+    dag_id: str | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: int | None = None
+    subject: str | None = None
+
+
+class TaskStateEntry(BaseModel):
+    key: str
+    value: Any
+    updated_at: datetime
+    expires_at: datetime | None
+    last_updated_by: LastUpdatedBy | None = None
+
+
+class TaskStateCollection(BaseModel):
+    task_state_store: list[TaskStateEntry]
+    total_entries: int
+
+
+class AssetStateEntry(BaseModel):
+    key: str
+    value: Any
+    updated_at: datetime
+    last_updated_by: LastUpdatedBy | None = None
+
+
+class AssetStateCollection(BaseModel):
+    asset_state_store: list[AssetStateEntry]
+    total_entries: int
+
+
+class DagSummary(BaseModel):
+    dag_id: str
+    keys: int = Field(description="Live keys across every run, task and map index.")
+
+
+class DagCollection(BaseModel):
+    dags: list[DagSummary]
+    total_entries: int
+
+
+class DagRunSummary(BaseModel):
+    dag_run_id: str
+    keys: int
+
+
+class DagRunCollection(BaseModel):
+    dag_runs: list[DagRunSummary]
+    total_entries: int
+
+
+class TaskInstanceSummary(BaseModel):
+    task_id: str
+    map_index: int
+    keys: int
+
+
+class TaskInstanceCollection(BaseModel):
+    task_instances: list[TaskInstanceSummary]
+    total_entries: int
+
+
+class AssetSummary(BaseModel):
+    name: str = Field(description="The asset's identity: its name, else its uri.")
+    keys: int
+
+
+class AssetCollection(BaseModel):
+    assets: list[AssetSummary]
+    total_entries: int
+
+
+class Health(BaseModel):
+    status: Literal["ok"]
+    backend: str = Field(description="The backend's kind and location, without credentials.")
+    version: str
+
+
+def utc(epoch: float) -> datetime:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc)

@@ -1,0 +1,67 @@
+"""The HTTP API's own metrics (`taskstate.metrics`): every request timed by route template,
+method and status; and `GET /taskstate/metrics`, the process's totals as Prometheus text
+(`taskstate serve` only; an admin token is needed when a secret key is set)."""
+
+from __future__ import annotations
+
+from time import perf_counter
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from fastapi.responses import PlainTextResponse
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from taskstate.api.auth import Forbidden, OpenAccess, TokenPrincipal
+from taskstate.api.context import AppContext, Caller, context
+from taskstate.metrics import Metrics
+
+# Prometheus text exposition format 0.0.4.
+PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
+
+router = APIRouter(tags=["Monitoring"])
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+def metrics(
+    ctx: Annotated[AppContext, Depends(context)],
+    principal: Caller,
+) -> PlainTextResponse:
+    """This server's call counts and latencies, offload traffic, cleanup and HTTP metrics."""
+    admin = isinstance(principal, OpenAccess) or (
+        isinstance(principal, TokenPrincipal) and principal.claims.admin
+    )
+    if not admin:
+        raise Forbidden(f"{principal.subject!r} may not read metrics: an admin token is needed")
+    return PlainTextResponse(ctx.store.metrics.prometheus_text(), media_type=PROMETHEUS_TEXT)
+
+
+class RequestMetrics:
+    """Times each request: `taskstate.api.request` (tags route, method, status) and a
+    `taskstate.api.status.<2xx|3xx|4xx|5xx>` counter for deployments without tags. The route
+    is the matched route's name (its endpoint: `get_task_state`…), never the path, so tags
+    stay few and hold nothing a StatsD line cannot carry."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.metrics.enabled:
+            await self.app(scope, receive, send)
+            return
+        status = 500  # what the client sees if the app raises before responding
+        start = perf_counter()
+
+        async def observed(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, observed)
+        finally:
+            route = getattr(scope.get("route"), "name", None) or "unmatched"
+            tags = (("route", route), ("method", scope["method"]), ("status", str(status)))
+            self.metrics.timing("taskstate.api.request", perf_counter() - start, tags)
+            self.metrics.count(f"taskstate.api.status.{status // 100}xx")

@@ -1,0 +1,97 @@
+"""`taskstate serve`: the HTTP API under uvicorn, mounted at `/taskstate`.
+
+With no `[state_store] taskstate_secret_key` the server is open (anyone who reaches it may read
+and write all state), so it binds only to loopback then, and says so on start-up.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
+
+    from taskstate.api.tokens import SigningKeys
+    from taskstate.store import StateStore
+
+_EXTRA_HINT = "the HTTP API needs the server extra: pip install 'taskstate[server]'"
+
+
+def require_server_extra() -> None:
+    """A clear message, not an ImportError, when FastAPI/uvicorn/PyJWT are not installed."""
+    try:
+        import fastapi  # noqa: F401
+        import jwt  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise click.ClickException(f"{_EXTRA_HINT} ({exc})") from None
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # a host name: it may resolve anywhere
+        return False
+
+
+def standalone_app(store: StateStore, keys: SigningKeys | None) -> ASGIApp:
+    """The app at `/taskstate`, authenticated by taskstate tokens (open without a key)."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    from taskstate.api.app import BASE_PATH, RefuseControlCharacters, create_app
+    from taskstate.api.auth import Auth
+
+    app = create_app(store, Auth.standalone(keys))
+    return RefuseControlCharacters(Starlette(routes=[Mount(BASE_PATH, app)]))
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))
+@click.option("--url", help="Store URL; default: the command's --url, else [state_store] settings.")
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["critical", "error", "warning", "info", "debug"]),
+)
+@click.pass_context
+def serve(ctx: click.Context, host: str, port: int, url: str | None, log_level: str) -> None:
+    """Serve the state store over HTTP (Airflow 3.3's state-store routes under /taskstate)."""
+    require_server_extra()
+    import uvicorn
+
+    from taskstate.api.tokens import SigningKeys
+    from taskstate.metrics import configured
+    from taskstate.store import StateStore
+
+    keys = SigningKeys.load()
+    if keys is None and not is_loopback(host):
+        raise click.UsageError(
+            f"refusing to serve on {host}: with no [state_store] taskstate_secret_key anyone "
+            "who reaches the port could read and write all state. Set the key "
+            "(AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY) or bind to 127.0.0.1."
+        )
+    metrics = configured(prometheus=True)  # also kept for GET /taskstate/metrics
+    store = StateStore(url or getattr(ctx.obj, "url", None), metrics=metrics)
+    mode = (
+        "tokens required (taskstate token create)"
+        if keys is not None
+        else "OPEN: no [state_store] taskstate_secret_key, so every request may read and write "
+        "all state (loopback only)"
+    )
+    click.echo(f"taskstate serve: http://{host}:{port}/taskstate -> {store!r}; {mode}", err=True)
+    uvicorn.run(
+        standalone_app(store, keys),
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=log_level == "debug",
+        server_header=False,
+    )

@@ -1,0 +1,88 @@
+"""The UI's routes on the API app: the page, its static files, and `access` (may I write?).
+
+Every URL the page uses is relative to it (`../api/v2/...`), so a host that mounts the app
+under a sub-path (`[api] base_url`, `SCRIPT_NAME`) needs no configuration.
+"""
+
+from __future__ import annotations
+
+import html
+from importlib.resources import files
+from typing import Annotated
+
+from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+
+from taskstate.api.auth import Method
+from taskstate.api.context import Caller, Ctx
+from taskstate.scope import AssetScope
+
+router = APIRouter(prefix="/ui", include_in_schema=False)
+STATIC = files("taskstate.ui") / "static"
+
+
+def install(app: FastAPI) -> None:
+    app.include_router(router)
+    app.mount("/ui/static", StaticFiles(packages=[("taskstate.ui", "static")]), name="ui-static")
+
+
+def app_container(*, api: str, ui: str, login: str = "", csrf: str = "") -> str:
+    """The element the script fills in; hosts that render their own page (the Airflow 2 view)
+    embed this too. `api` / `ui`: URLs of the API (`.../api/v2/`) and of this router
+    (`.../ui/`), relative to the page or absolute."""
+    attrs = {"data-api": api, "data-ui": ui, "data-login": login, "data-csrf": csrf}
+    rendered = " ".join(f'{name}="{html.escape(value)}"' for name, value in attrs.items())
+    return f'<div id="ts-app" {rendered}><p>Loading…</p></div>'
+
+
+def _login_url(ctx: Ctx) -> str:
+    """Inside Airflow 3 the sign-in page is `<base>/auth/login`, two levels up from here."""
+    if ctx.hosting.task_instance_exists is None:  # standalone: tokens, no sign-in page
+        return ""
+    from taskstate.airflow.versions import airflow_version, version_tuple
+
+    version = airflow_version()
+    return "../../auth/login" if version and version_tuple(version)[0] >= 3 else ""
+
+
+@router.get("")
+def redirect_to_page() -> RedirectResponse:
+    # Relative, so the redirect keeps whatever prefix the host mounted the app under.
+    return RedirectResponse("ui/", status_code=307)
+
+
+@router.get("/", response_class=HTMLResponse)
+def page(ctx: Ctx) -> HTMLResponse:
+    template = (STATIC / "index.html").read_text(encoding="utf-8")
+    container = app_container(api="../api/v2/", ui="./", login=_login_url(ctx))
+    return HTMLResponse(
+        template.replace("<!--ts-app-->", container),
+        headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+@router.api_route("/access", methods=["GET", "PUT", "DELETE"])
+def access(
+    request: Request,
+    principal: Caller,
+    dag_id: str | None = None,
+    run_id: str | None = None,
+    task_id: str | None = None,
+    map_index: Annotated[str, Query(pattern=r"^(-1|\d+|all)$")] = "-1",
+    asset: str | None = None,
+    asset_uri: str | None = None,
+) -> dict[str, object]:
+    """Whether the caller may do this request's method on a task instance (or, with
+    `map_index=all`, every map index) or an asset: the page hides what it may not do. Asked
+    with the method itself, because Airflow 2's permissions are read per request method.
+    The API's routes still decide every write; this only shapes the page."""
+    method: Method = "GET" if request.method == "GET" else request.method  # type: ignore[assignment]
+    if asset is not None or asset_uri is not None:
+        allowed = principal.may_asset(AssetScope(name=asset, uri=asset_uri), method)
+    elif dag_id is not None and run_id is not None and task_id is not None:
+        index = None if map_index == "all" else int(map_index)
+        allowed = principal.may_task(dag_id, run_id, task_id, index, method)
+    else:
+        allowed = False
+    return {"subject": principal.subject, "method": method, "allowed": allowed}

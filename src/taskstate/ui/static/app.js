@@ -1,0 +1,510 @@
+// taskstate state pages: a client of the HTTP API (docs/api.md). No framework, no build step.
+//
+// The page's address says what to show (relative links, so any mount prefix works):
+//   (nothing)                                  DAGs and assets holding state
+//   ?dag_id=D                                  runs of D holding state
+//   ?dag_id=D&run_id=R                         task instances of R holding state
+//   ?dag_id=D&run_id=R&task_id=T[&map_index=N|all]   the task instance's state
+//   ?asset=NAME                                an asset's state (NAME: its name, else its uri)
+//
+// Credentials: the host's cookie (Airflow 3.1+ `_token`, Airflow 2 session) goes with every
+// request; Airflow 3.0's UI keeps its token in localStorage instead (same origin, so readable
+// here); a taskstate token pasted into the sign-in box is kept for this browser tab only.
+"use strict";
+(() => {
+  const root = document.getElementById("ts-app");
+  if (!root) return;
+  const cfg = root.dataset;
+  const API = new URL(cfg.api, location.href);
+  const UI = new URL(cfg.ui, location.href);
+  const PAGE_SIZE = 25;
+  const FOLD_CHARS = 240;
+  const TOKEN_KEY = "taskstate.token";
+  const params = new URLSearchParams(location.search);
+  let airflowToken = null;
+
+  class AuthError extends Error {}
+
+  // -- HTTP --------------------------------------------------------------------------------
+
+  function keyPath(key) {
+    // One path segment; `.` and `..` spelled out so no client removes them (docs/api.md).
+    if (key === "." || key === "..") return key.replace(/\./g, "%2E");
+    return encodeURIComponent(key);
+  }
+
+  async function call(method, path, { query = {}, body, headers = {}, base = API } = {}) {
+    const url = new URL(path, base);
+    for (const [name, value] of Object.entries(query)) {
+      if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
+    }
+    const sent = { Accept: "application/json", ...headers };
+    if (body !== undefined) sent["Content-Type"] = "application/json";
+    if (cfg.csrf && method !== "GET") sent["X-CSRFToken"] = cfg.csrf;
+    const token = sessionStorage.getItem(TOKEN_KEY) || airflowToken;
+    if (token) sent.Authorization = `Bearer ${token}`;
+    const response = await fetch(url, {
+      method, headers: sent, credentials: "same-origin",
+      body: body === undefined ? undefined : JSON.stringify(body),
+    });
+    if (response.status === 401) {
+      const stored = localStorage.getItem("token"); // Airflow 3.0's UI keeps its JWT here
+      if (!token && stored) {
+        airflowToken = stored;
+        return call(method, path, { query, body, headers, base });
+      }
+      throw new AuthError(await message(response));
+    }
+    return response;
+  }
+
+  async function message(response) {
+    let detail;
+    try { detail = (await response.json()).detail; } catch { detail = undefined; }
+    if (Array.isArray(detail)) return detail.map((d) => d.msg || JSON.stringify(d)).join("\n");
+    if (typeof detail === "string") return detail;
+    return `${response.status} ${response.statusText}`;
+  }
+
+  async function getJson(path, query) {
+    const response = await call("GET", path, { query });
+    if (!response.ok) throw new Error(await message(response));
+    return response.json();
+  }
+
+  async function allowed(method, query) {
+    try {
+      const response = await call(method, "access", { query, base: UI });
+      return response.ok && (await response.json()).allowed === true;
+    } catch (error) {
+      if (error instanceof AuthError) throw error;
+      return false;
+    }
+  }
+
+  // -- DOM helpers -------------------------------------------------------------------------
+
+  function h(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs)) {
+      if (value === undefined || value === null || value === false) continue;
+      if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+      else if (name === "text") node.textContent = value;
+      else node.setAttribute(name, value === true ? "" : value);
+    }
+    for (const child of children.flat()) {
+      if (child === null || child === undefined || child === false) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function href(query) {
+    const search = new URLSearchParams();
+    for (const [name, value] of Object.entries(query)) {
+      if (value !== undefined && value !== null) search.set(name, value);
+    }
+    const text = search.toString();
+    return text ? `?${text}` : location.pathname;
+  }
+
+  function when(iso) {
+    if (!iso) return "Never";
+    const date = new Date(iso);
+    return h("time", { datetime: iso, title: iso }, date.toLocaleString());
+  }
+
+  function writer(by) {
+    if (!by) return h("span", { class: "ts-empty" }, "unknown");
+    if (by.kind === "api") return `user ${by.subject}`;
+    if (by.kind === "task") {
+      const index = by.map_index !== null && by.map_index >= 0 ? ` [${by.map_index}]` : "";
+      return `task ${by.dag_id}.${by.task_id}${index}, run ${by.run_id}`;
+    }
+    return `${by.kind} ${by.subject || by.dag_id || ""}`.trim();
+  }
+
+  function valueCell(value) {
+    const text = JSON.stringify(value, null, 2);
+    if (text.length <= FOLD_CHARS && text.split("\n").length <= 8) return h("pre", {}, text);
+    const preview = JSON.stringify(value).slice(0, 80);
+    return h("details", {},
+      h("summary", {}, `${preview}… (${text.length} characters)`),
+      h("pre", {}, text));
+  }
+
+  const status = h("p", { class: "ts-status", role: "status", "aria-live": "polite" });
+  const alertBox = h("p", { class: "ts-error", role: "alert" });
+
+  // Replace the page's content; absent parts (null, false) are left out.
+  function show(...parts) {
+    root.replaceChildren(...parts.filter((part) => part !== null && part !== undefined && part !== false));
+  }
+
+  function say(text) { status.textContent = text; alertBox.textContent = ""; }
+  function fail(text) { alertBox.textContent = text; status.textContent = ""; }
+
+  function crumbs(items) {
+    return h("nav", { class: "ts-crumbs", "aria-label": "Breadcrumb" },
+      h("ol", {}, items.map(([label, link], i) => h("li", {},
+        i === items.length - 1 ? h("span", { "aria-current": "page" }, label) : h("a", { href: link }, label)))));
+  }
+
+  function pager(total, offset, onMove) {
+    if (total <= PAGE_SIZE && offset === 0) return h("div", { class: "ts-pager" }, `${total} ${total === 1 ? "entry" : "entries"}`);
+    const last = Math.min(offset + PAGE_SIZE, total);
+    return h("nav", { class: "ts-pager", "aria-label": "Pages" },
+      h("button", { type: "button", disabled: offset === 0, onclick: () => onMove(Math.max(0, offset - PAGE_SIZE)) }, "Previous"),
+      h("span", {}, `${total ? offset + 1 : 0}–${last} of ${total}`),
+      h("button", { type: "button", disabled: last >= total, onclick: () => onMove(offset + PAGE_SIZE) }, "Next"));
+  }
+
+  function table(caption, columns, rows, { stack = true } = {}) {
+    return h("table", { class: stack ? "ts-stack" : "" },
+      h("caption", { class: "ts-visually-hidden" }, caption),
+      h("thead", {}, h("tr", {}, columns.map((c) => h("th", { scope: "col" }, c)))),
+      h("tbody", {}, rows.map((cells) => h("tr", {}, cells.map((cell, i) => {
+        const td = h("td", { "data-label": columns[i] });
+        if (cell && cell.className !== undefined && cell.cell) { td.className = cell.className; td.append(cell.cell); }
+        else td.append(cell instanceof Node ? cell : document.createTextNode(String(cell)));
+        return td;
+      })))));
+  }
+
+  const cell = (className, content) => ({ className, cell: content instanceof Node ? content : document.createTextNode(String(content)) });
+
+  // -- dialogs -----------------------------------------------------------------------------
+
+  function confirmDialog(title, text, action) {
+    return new Promise((resolve) => {
+      const dialog = h("dialog", { role: "alertdialog", "aria-labelledby": "ts-confirm-title", "aria-describedby": "ts-confirm-text" },
+        h("h2", { id: "ts-confirm-title" }, title),
+        h("p", { id: "ts-confirm-text" }, text),
+        h("div", { class: "ts-buttons" },
+          h("button", { type: "button", onclick: () => dialog.close("cancel") }, "Cancel"),
+          h("button", { type: "button", class: "ts-danger", onclick: () => dialog.close("ok") }, action)));
+      dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "ok"); });
+      root.append(dialog);
+      dialog.showModal();
+      dialog.querySelector("button").focus(); // Cancel first: Enter never destroys by accident
+    });
+  }
+
+  // Add or edit one value. `entry` is null to add. `save(key, value, expiry)` returns null on
+  // success or the server's message, shown inline; expiry: "keep" | "default" | "never" | days.
+  function editorDialog({ title, entry, expiry, save }) {
+    return new Promise((resolve) => {
+      const error = h("p", { class: "ts-error", id: "ts-editor-error", role: "alert" });
+      const keyInput = h("input", { id: "ts-editor-key", name: "key", required: true, autocomplete: "off", readonly: entry ? true : null, value: entry ? entry.key : "" });
+      const valueInput = h("textarea", { id: "ts-editor-value", name: "value", spellcheck: "false", "aria-describedby": "ts-editor-help ts-editor-error" });
+      valueInput.value = entry ? JSON.stringify(entry.value, null, 2) : "";
+      const days = h("input", { type: "number", min: "1", step: "1", name: "days", id: "ts-editor-days", value: "7", "aria-label": "Days to keep", style: "width: 6rem" });
+      let retention = null;
+      if (expiry) {
+        const option = (value, label, checked, extra) => h("label", {},
+          h("input", { type: "radio", name: "expiry", value, checked }), label, extra || null);
+        retention = h("fieldset", {},
+          h("legend", {}, "Expiry"),
+          entry ? option("keep", entry.expires_at ? `Keep (${new Date(entry.expires_at).toLocaleString()})` : "Keep (never expires)", true) : null,
+          option("default", "Default retention", !entry),
+          option("never", "Never expires", false),
+          option("days", "Expires in", false, h("span", {}, days, " days")));
+      }
+      const submit = h("button", { type: "submit", class: "ts-primary" }, "Save");
+      const form = h("form", { method: "dialog", novalidate: true },
+        h("h2", { id: "ts-editor-title" }, title),
+        h("div", { class: "ts-field" }, h("label", { for: "ts-editor-key" }, "Key", keyInput)),
+        h("div", { class: "ts-field" }, h("label", { for: "ts-editor-value" }, "Value (JSON)", valueInput)),
+        h("p", { id: "ts-editor-help", class: "ts-meta" }, "Any JSON value except null, e.g. {\"offset\": 42}, \"text\", 3, [1, 2]."),
+        retention, error,
+        h("div", { class: "ts-buttons" },
+          h("button", { type: "button", onclick: () => dialog.close("cancel") }, "Cancel"), submit));
+      const dialog = h("dialog", { "aria-labelledby": "ts-editor-title" }, form);
+      form.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        error.textContent = "";
+        const key = keyInput.value;
+        if (!key) { error.textContent = "Enter a key."; keyInput.focus(); return; }
+        let value;
+        try { value = JSON.parse(valueInput.value); } catch (exc) {
+          error.textContent = `The value is not valid JSON: ${exc.message}`;
+          valueInput.setAttribute("aria-invalid", "true"); valueInput.focus(); return;
+        }
+        if (value === null) {
+          error.textContent = "null cannot be stored: delete the key instead.";
+          valueInput.setAttribute("aria-invalid", "true"); valueInput.focus(); return;
+        }
+        valueInput.removeAttribute("aria-invalid");
+        let choice = "keep";
+        if (retention) {
+          choice = form.elements.expiry.value;
+          if (choice === "days") {
+            const n = Number(days.value);
+            if (!Number.isInteger(n) || n < 1) { error.textContent = "Days must be a whole number, at least 1."; days.focus(); return; }
+            choice = n;
+          }
+        }
+        submit.disabled = true;
+        const problem = await save(key, value, choice);
+        submit.disabled = false;
+        if (problem) { error.textContent = problem; valueInput.focus(); return; }
+        dialog.close("saved");
+      });
+      dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "saved"); });
+      root.append(dialog);
+      dialog.showModal();
+      (entry ? valueInput : keyInput).focus();
+    });
+  }
+
+  // -- views -------------------------------------------------------------------------------
+
+  function showLogin(text) {
+    const input = h("input", { id: "ts-token", type: "password", autocomplete: "off", name: "token" });
+    const parts = [h("h1", {}, "Sign in to see state"), h("p", { class: "ts-error", role: "alert" }, text)];
+    if (cfg.login) {
+      const inFrame = window.self !== window.top;
+      parts.push(inFrame
+        ? h("p", {}, "Your Airflow session has ended or does not reach this tab: reload the Airflow page to sign in again, or open ",
+          h("a", { href: location.href, target: "_blank", rel: "noopener" }, "this page on its own"), ".")
+        : h("p", {}, h("a", { href: `${new URL(cfg.login, location.href)}?next=${encodeURIComponent(location.href)}` }, "Sign in to Airflow"), ", then come back."));
+    }
+    parts.push(h("form", { class: "ts-login", onsubmit: (event) => {
+      event.preventDefault();
+      sessionStorage.setItem(TOKEN_KEY, input.value.trim());
+      location.reload();
+    } },
+    h("label", { for: "ts-token" }, "taskstate token (taskstate token create)", input), " ",
+    h("button", { type: "submit", class: "ts-primary" }, "Use token")));
+    show(...parts);
+  }
+
+  async function homeView() {
+    const offset = Number(params.get("offset") || 0);
+    const [dags, assets] = await Promise.all([
+      getJson("dags", { limit: PAGE_SIZE, offset }),
+      getJson("assets", { limit: 100 }),
+    ]);
+    const dagRows = dags.dags.map((d) => [h("a", { href: href({ dag_id: d.dag_id }) }, d.dag_id), d.keys]);
+    const assetRows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), a.keys]);
+    show(
+      h("h1", {}, "State"), status, alertBox,
+      h("h2", { id: "ts-dags" }, "DAGs with task state"),
+      dagRows.length ? table("DAGs with task state", ["DAG", "Keys"], dagRows) : h("p", { class: "ts-empty" }, "No task state yet."),
+      pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }),
+      h("h2", { id: "ts-assets" }, "Assets with state"),
+      assetRows.length ? table("Assets with state", ["Asset", "Keys"], assetRows) : h("p", { class: "ts-empty" }, "No asset state yet."));
+  }
+
+  async function runsView(dagId) {
+    const offset = Number(params.get("offset") || 0);
+    const runs = await getJson(`dags/${keyPath(dagId)}/dagRuns`, { limit: PAGE_SIZE, offset });
+    const rows = runs.dag_runs.map((r) => [h("a", { href: href({ dag_id: dagId, run_id: r.dag_run_id }) }, r.dag_run_id), r.keys]);
+    show(
+      crumbs([["State", href({})], [dagId]]),
+      h("h1", {}, `Runs of ${dagId} with state`), status, alertBox,
+      rows.length ? table("Runs", ["Run", "Keys"], rows) : h("p", { class: "ts-empty" }, "No run of this DAG holds state."),
+      pager(runs.total_entries, offset, (o) => { location.search = href({ dag_id: dagId, offset: o }); }));
+  }
+
+  async function allTaskInstances(dagId, runId) {
+    const found = [];
+    for (let offset = 0; ; offset += 100) {
+      const page = await getJson(`dags/${keyPath(dagId)}/dagRuns/${keyPath(runId)}/taskInstances`, { limit: 100, offset });
+      found.push(...page.task_instances);
+      if (!page.task_instances.length || found.length >= page.total_entries) return found;
+    }
+  }
+
+  async function taskInstancesView(dagId, runId) {
+    const instances = await allTaskInstances(dagId, runId);
+    const rows = instances.map((ti) => [
+      h("a", { href: href({ dag_id: dagId, run_id: runId, task_id: ti.task_id, map_index: ti.map_index }) }, ti.task_id),
+      ti.map_index === -1 ? "not mapped" : ti.map_index, ti.keys]);
+    show(
+      crumbs([["State", href({})], [dagId, href({ dag_id: dagId })], [runId]]),
+      h("h1", {}, `Task instances of ${runId} with state`), status, alertBox,
+      rows.length ? table("Task instances", ["Task", "Map index", "Keys"], rows) : h("p", { class: "ts-empty" }, "No task of this run holds state."));
+  }
+
+  function taskPath(dagId, runId, taskId) {
+    return `dags/${keyPath(dagId)}/dagRuns/${keyPath(runId)}/taskInstances/${keyPath(taskId)}/state-store`;
+  }
+
+  async function taskView(dagId, runId, taskId) {
+    const requested = params.get("map_index") || "-1";
+    const all = requested === "all";
+    const base = taskPath(dagId, runId, taskId);
+    const scopeQuery = { dag_id: dagId, run_id: runId, task_id: taskId, map_index: requested };
+    const siblings = (await allTaskInstances(dagId, runId)).filter((ti) => ti.task_id === taskId).map((ti) => ti.map_index);
+    const indices = all ? siblings : [Number(requested)];
+    const mapped = siblings.some((i) => i >= 0) || indices.some((i) => i >= 0);
+    const [mayPut, mayDelete, mayClearAll] = await Promise.all([
+      all ? false : allowed("PUT", scopeQuery),
+      all ? false : allowed("DELETE", scopeQuery),
+      mapped ? allowed("DELETE", { ...scopeQuery, map_index: "all" }) : false,
+    ]);
+    let offset = 0;
+    let prefix = params.get("key_prefix") || "";
+    const body = h("div", { id: "ts-entries" });
+    const label = (index) => (index === -1 ? `task ${taskId}` : `task ${taskId} (map index ${index})`);
+
+    async function load() {
+      say("Loading…");
+      const pages = await Promise.all(indices.map(async (index) => [index, await getJson(base, { map_index: index, limit: all ? 100 : PAGE_SIZE, offset: all ? 0 : offset, key_prefix: prefix })]));
+      const columns = [...(all ? ["Map index"] : []), "Key", "Value", "Updated at", "Expires at", "Last updated by", ...(mayPut || mayDelete ? ["Actions"] : [])];
+      const rows = [];
+      let total = 0;
+      for (const [index, page] of pages) {
+        total += page.total_entries;
+        for (const entry of page.task_state_store) {
+          const actions = h("div", {},
+            mayPut ? h("button", { type: "button", onclick: () => edit(entry), "aria-label": `Edit ${entry.key}` }, "Edit") : null,
+            mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => removeKey(entry), "aria-label": `Delete ${entry.key}` }, "Delete") : null);
+          rows.push([...(all ? [index] : []), cell("ts-key", entry.key), valueCell(entry.value), cell("ts-when", when(entry.updated_at)), cell("ts-when", when(entry.expires_at)), writer(entry.last_updated_by), ...(mayPut || mayDelete ? [cell("ts-actions", actions)] : [])]);
+        }
+      }
+      body.replaceChildren(
+        rows.length ? table(`State of ${label(indices[0])}`, columns, rows) : h("p", { class: "ts-empty" }, prefix ? `No key starts with "${prefix}".` : "This task instance holds no state."),
+        all ? h("p", { class: "ts-meta" }, `${total} keys across ${indices.length} map indices (at most 100 shown per index).`)
+          : pager(total, offset, (o) => { offset = o; load().catch(report); }));
+      say("");
+    }
+
+    async function write(method, key, payload) {
+      const response = await call(method, `${base}/${keyPath(key)}`, { query: { map_index: indices[0] }, body: payload });
+      return response.ok ? null : message(response);
+    }
+
+    async function edit(entry) {
+      const saved = await editorDialog({
+        title: entry ? `Edit ${entry.key}` : `Add a key to ${label(indices[0])}`, entry, expiry: true,
+        save: async (key, value, choice) => {
+          if (choice === "keep") return write("PATCH", key, { value });
+          const expires = choice === "default" ? "default" : choice === "never" ? null : new Date(Date.now() + choice * 86400000).toISOString();
+          if (entry) return write("PUT", key, { value, expires_at: expires });
+          const response = await call("PUT", `${base}/${keyPath(key)}`, { query: { map_index: indices[0] }, body: { value, expires_at: expires }, headers: { "If-None-Match": "*" } });
+          if (response.status === 412) return `The key "${key}" already exists: edit it instead.`;
+          return response.ok ? null : message(response);
+        },
+      });
+      if (saved) { await load(); say(entry ? `Saved ${entry.key}.` : "Added."); }
+    }
+
+    async function removeKey(entry) {
+      const ok = await confirmDialog(`Delete "${entry.key}"?`,
+        `The ${label(indices[0])} in run ${runId} loses the value of "${entry.key}": the next time it runs it behaves as if it had never stored it (a task tracking an external job under this key submits the job again).`,
+        "Delete key");
+      if (!ok) return;
+      const response = await call("DELETE", `${base}/${keyPath(entry.key)}`, { query: { map_index: indices[0] } });
+      if (!response.ok) { fail(await message(response)); return; }
+      await load(); say(`Deleted ${entry.key}.`);
+    }
+
+    async function clear(everyIndex) {
+      const what = everyIndex ? `every map index of task ${taskId}` : label(indices[0]);
+      const ok = await confirmDialog(everyIndex ? "Clear every map index?" : "Clear this task instance?",
+        `All state of ${what} in run ${runId} is deleted. The next time it runs it starts from the beginning, as if it had never run: a task tracking an external job submits the job again, and progress it recorded (offsets, watermarks) is forgotten.`,
+        everyIndex ? "Clear all map indices" : "Clear task instance");
+      if (!ok) return;
+      const query = everyIndex ? { all_map_indices: "true" } : { map_index: indices[0] };
+      const response = await call("DELETE", base, { query });
+      if (!response.ok) { fail(await message(response)); return; }
+      offset = 0; await load(); say(everyIndex ? "Cleared every map index." : "Cleared.");
+    }
+
+    const filter = h("input", { id: "ts-filter", type: "search", name: "key_prefix", value: prefix, autocomplete: "off" });
+    let timer;
+    filter.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => { prefix = filter.value; offset = 0; load().catch(report); }, 250); });
+    const picker = mapped ? h("label", { for: "ts-map-index" }, "Map index",
+      h("select", { id: "ts-map-index", onchange: (event) => { location.search = href({ dag_id: dagId, run_id: runId, task_id: taskId, map_index: event.target.value }); } },
+        [...new Set([...siblings, ...(all ? [] : indices)])].sort((a, b) => a - b).map((i) => h("option", { value: i, selected: !all && i === indices[0] }, i === -1 ? "not mapped" : String(i))),
+        h("option", { value: "all", selected: all }, "All map indices"))) : null;
+    const readOnly = !mayPut && !mayDelete && !all;
+    show(
+      crumbs([["State", href({})], [dagId, href({ dag_id: dagId })], [runId, href({ dag_id: dagId, run_id: runId })], [all ? `${taskId} (all map indices)` : label(indices[0]).replace(/^task /, "")]]),
+      h("h1", {}, `Task state: ${taskId}`),
+      h("p", { class: "ts-meta" }, `DAG ${dagId} · run ${runId}${all ? " · all map indices" : indices[0] >= 0 ? ` · map index ${indices[0]}` : ""}`),
+      h("div", { class: "ts-toolbar" },
+        h("label", { for: "ts-filter" }, "Filter keys (prefix)", filter), picker,
+        h("span", { class: "ts-spacer" }),
+        mayPut ? h("button", { type: "button", class: "ts-primary", onclick: () => edit(null) }, "Add key") : null,
+        mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => clear(false) }, "Clear task instance") : null,
+        mayClearAll ? h("button", { type: "button", class: "ts-link-danger", onclick: () => clear(true) }, "Clear all map indices") : null),
+      readOnly ? h("p", { class: "ts-readonly" }, "Read-only: you may see this state but not change it.") : null,
+      all ? h("p", { class: "ts-readonly" }, "Pick one map index to change its state.") : null,
+      status, alertBox, body);
+    await load();
+  }
+
+  async function assetView(name) {
+    const query = { name };
+    const [mayPut, mayDelete] = await Promise.all([allowed("PUT", { asset: name }), allowed("DELETE", { asset: name })]);
+    let offset = 0;
+    const body = h("div", { id: "ts-entries" });
+
+    async function load() {
+      say("Loading…");
+      const page = await getJson("assets/state-store", { ...query, limit: PAGE_SIZE, offset });
+      const columns = ["Key", "Value", "Updated at", "Last updated by", ...(mayPut || mayDelete ? ["Actions"] : [])];
+      const rows = page.asset_state_store.map((entry) => [cell("ts-key", entry.key), valueCell(entry.value), cell("ts-when", when(entry.updated_at)), writer(entry.last_updated_by),
+        ...(mayPut || mayDelete ? [cell("ts-actions", h("div", {},
+          mayPut ? h("button", { type: "button", onclick: () => edit(entry), "aria-label": `Edit ${entry.key}` }, "Edit") : null,
+          mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => removeKey(entry), "aria-label": `Delete ${entry.key}` }, "Delete") : null))] : [])]);
+      body.replaceChildren(
+        rows.length ? table(`State of asset ${name}`, columns, rows) : h("p", { class: "ts-empty" }, "This asset holds no state."),
+        pager(page.total_entries, offset, (o) => { offset = o; load().catch(report); }));
+      say("");
+    }
+
+    async function edit(entry) {
+      const saved = await editorDialog({
+        title: entry ? `Edit ${entry.key}` : `Add a key to asset ${name}`, entry, expiry: false,
+        save: async (key, value) => {
+          const response = await call("PUT", `assets/state-store/${keyPath(key)}`, { query, body: { value }, headers: entry ? {} : { "If-None-Match": "*" } });
+          if (response.status === 412) return `The key "${key}" already exists: edit it instead.`;
+          return response.ok ? null : message(response);
+        },
+      });
+      if (saved) { await load(); say("Saved."); }
+    }
+
+    async function removeKey(entry) {
+      const ok = await confirmDialog(`Delete "${entry.key}"?`,
+        `Asset ${name} loses "${entry.key}": every task that reads it next sees no value (a watermark starts over from the beginning).`, "Delete key");
+      if (!ok) return;
+      const response = await call("DELETE", `assets/state-store/${keyPath(entry.key)}`, { query });
+      if (!response.ok) { fail(await message(response)); return; }
+      await load(); say(`Deleted ${entry.key}.`);
+    }
+
+    show(
+      crumbs([["State", href({})], [`asset ${name}`]]),
+      h("h1", {}, `Asset state: ${name}`),
+      h("div", { class: "ts-toolbar" }, h("span", { class: "ts-spacer" }),
+        mayPut ? h("button", { type: "button", class: "ts-primary", onclick: () => edit(null) }, "Add key") : null),
+      !mayPut && !mayDelete ? h("p", { class: "ts-readonly" }, "Read-only: you may see this state but not change it.") : null,
+      status, alertBox, body);
+    await load();
+  }
+
+  function report(error) {
+    if (error instanceof AuthError) showLogin(error.message);
+    else if (root.contains(alertBox)) fail(error.message);
+    else show(h("h1", {}, "State"), h("p", { class: "ts-error", role: "alert" }, error.message));
+  }
+
+  async function main() {
+    const dagId = params.get("dag_id");
+    const runId = params.get("run_id");
+    const taskId = params.get("task_id");
+    const asset = params.get("asset");
+    if (asset !== null) await assetView(asset);
+    else if (dagId && runId && taskId) await taskView(dagId, runId, taskId);
+    else if (dagId && runId) await taskInstancesView(dagId, runId);
+    else if (dagId) await runsView(dagId);
+    else await homeView();
+  }
+
+  main().catch(report);
+})();

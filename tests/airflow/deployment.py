@@ -1,0 +1,238 @@
+"""One running Airflow per version, shared by the whole test session: the api-server (3.x) or
+webserver (2.x) with taskstate's plugin, the scheduler (LocalExecutor on 3.x, Sequential on 2.x
+with SQLite) and, on 3.x, the DAG processor; a SQLite metadata DB; two users.
+
+    deployment = deployments.get("3.2")           # the `deployments` session fixture
+    with deployment.client("admin") as http:      # authenticated as Airflow's API expects
+        http.get("/taskstate/api/v2/dags")
+    run_id = deployment.trigger("ts_api")
+    deployment.wait_for_run("ts_api", run_id)
+
+Users: `admin` (every permission) and `viewer` (read-only). `deployment.taskstate_token(...)`
+signs taskstate tokens with the deployment's `[state_store] taskstate_secret_key`. DAG files:
+tests/airflow/api_dags plus whatever `extra_dags` the first caller passes; add yours there
+rather than starting another deployment (the machine has two cores).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from collections.abc import Iterable, Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tests.airflow.harness import AirflowHome
+
+API_DAGS = Path(__file__).resolve().parent / "api_dags"
+SECRET_KEY = "deployment-taskstate-secret-0123456789abcdef"
+USERS = {"admin": "admin-pw", "viewer": "viewer-pw"}
+_ROLES_3 = {"admin": "admin", "viewer": "viewer"}
+_ROLES_2 = {"admin": "Admin", "viewer": "Viewer"}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Deployment:
+    def __init__(self, version: str, root: Path, extra_dags: Iterable[Path] = ()) -> None:
+        self.version = version
+        self.major = int(version.split(".")[0])
+        self.port = _free_port()
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        env = {
+            "AIRFLOW__CORE__PARALLELISM": "4",
+            "AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY": SECRET_KEY,
+            "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+        }
+        if self.major >= 3:
+            passwords = root / "passwords.json"
+            root.mkdir(parents=True, exist_ok=True)
+            passwords.write_text(json.dumps(USERS))
+            env |= {
+                "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+                "AIRFLOW__API__HOST": "127.0.0.1",
+                "AIRFLOW__API__PORT": str(self.port),
+                "AIRFLOW__API__WORKERS": "1",
+                "AIRFLOW__API__BASE_URL": self.base_url,
+                "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
+                "AIRFLOW__API_AUTH__JWT_SECRET": "deployment-jwt-secret-0123456789",
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
+                    f"{u}:{r}" for u, r in _ROLES_3.items()
+                ),
+                "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(passwords),
+            }
+        else:
+            env |= {
+                "AIRFLOW__WEBSERVER__WEB_SERVER_HOST": "127.0.0.1",
+                "AIRFLOW__WEBSERVER__WEB_SERVER_PORT": str(self.port),
+                "AIRFLOW__WEBSERVER__WORKERS": "1",
+                "AIRFLOW__WEBSERVER__SECRET_KEY": "deployment-webserver-secret",
+                "AIRFLOW__API__AUTH_BACKENDS": (
+                    "airflow.api.auth.backend.basic_auth,airflow.api.auth.backend.session"
+                ),
+            }
+        dags = [*sorted(API_DAGS.glob("*.py")), *extra_dags]
+        self.home = AirflowHome(version, root, dags, extra_env=env)
+        self.home.airflow("dags", "reserialize")
+        if self.major < 3:
+            self.home.airflow("sync-perm")  # creates FAB's roles (Viewer, User, Op)
+            for user, role in _ROLES_2.items():
+                self.home.airflow(
+                    "users", "create", "--username", user, "--password", USERS[user],
+                    "--role", role, "--email", f"{user}@example.com",
+                    "--firstname", user, "--lastname", "test",
+                )  # fmt: skip
+        self._stack = ExitStack()
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def start(self) -> None:
+        names = ["api-server", "scheduler", "dag-processor"] if self.major >= 3 else [
+            "webserver", "scheduler",
+        ]  # fmt: skip
+        for name in names:
+            self._stack.enter_context(self._service(name))
+        self._wait_until_up()
+
+    def stop(self) -> None:
+        self._stack.close()
+
+    @contextmanager
+    def _service(self, name: str) -> Iterator[subprocess.Popen[bytes]]:
+        log = (self.home.home / f"{name}.log").open("wb")
+        proc = subprocess.Popen(
+            [str(self.home.env / "bin" / "airflow"), name],
+            env=self.home.environ,
+            cwd=self.home.home,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            yield proc
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+
+    def _wait_until_up(self, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        last: object = None
+        while time.monotonic() < deadline:
+            try:
+                response = httpx.get(f"{self.base_url}/taskstate/health", timeout=5)
+                if response.status_code == 200:
+                    return
+                last = response.status_code
+            except httpx.TransportError as exc:
+                last = exc
+            time.sleep(1)
+        raise RuntimeError(f"Airflow {self.version} did not serve /taskstate/health: {last}\n"
+                           f"{self.log_tail()}")  # fmt: skip
+
+    def log_tail(self, lines: int = 60) -> str:
+        out = []
+        for log in sorted(self.home.home.glob("*.log")):
+            text = log.read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"==== {log.name}\n" + "\n".join(text))
+        return "\n".join(out)
+
+    # -- clients --------------------------------------------------------------------------
+
+    def credentials(self, user: str) -> dict[str, str]:
+        """The headers that authenticate `user` the way Airflow's own API expects."""
+        if self.major >= 3:
+            response = httpx.post(
+                f"{self.base_url}/auth/token",
+                json={"username": user, "password": USERS[user]},
+                timeout=30,
+            )
+            response.raise_for_status()
+            return {"Authorization": f"Bearer {response.json()['access_token']}"}
+        pair = base64.b64encode(f"{user}:{USERS[user]}".encode()).decode()
+        return {"Authorization": f"Basic {pair}"}
+
+    def client(self, user: str | None = "admin", **kwargs: Any) -> httpx.Client:
+        headers = {} if user is None else self.credentials(user)
+        return httpx.Client(base_url=self.base_url, headers=headers, timeout=60, **kwargs)
+
+    def taskstate_token(self, **claims: Any) -> str:
+        from taskstate.api.tokens import Claims, SigningKeys
+
+        claims.setdefault("subject", "deployment-test")
+        return SigningKeys([SECRET_KEY]).issue(Claims(**claims))
+
+    # -- DAG runs -------------------------------------------------------------------------
+
+    def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        run_id = f"ts_{uuid.uuid4().hex[:10]}"
+        self.home.airflow("dags", "unpause", dag_id)
+        args = ["dags", "trigger", dag_id, "--run-id", run_id]
+        if conf:
+            args += ["--conf", json.dumps(conf)]
+        self.home.airflow(*args)
+        return run_id
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        api = "/api/v2" if self.major >= 3 else "/api/v1"
+        with self.client("admin") as http:
+            response = http.get(f"{api}/dags/{dag_id}/dagRuns/{run_id}")
+        return response.json().get("state") if response.status_code == 200 else None
+
+    def wait_for_run(
+        self, dag_id: str, run_id: str, state: str = "success", timeout: float = 300
+    ) -> None:
+        deadline = time.monotonic() + timeout
+        seen = None
+        while time.monotonic() < deadline:
+            seen = self.run_state(dag_id, run_id)
+            if seen == state:
+                return
+            if seen in ("success", "failed"):
+                break
+            time.sleep(2)
+        raise AssertionError(
+            f"{dag_id} {run_id} on Airflow {self.version}: {seen}, expected {state}\n"
+            f"{self.log_tail()}"
+        )
+
+
+class Deployments:
+    """Started on first use, one per version, stopped at the end of the session."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._running: dict[str, Deployment] = {}
+
+    def get(self, version: str, extra_dags: Iterable[Path] = ()) -> Deployment:
+        if version not in self._running:
+            deployment = Deployment(version, self.root / f"deployment-{version}", extra_dags)
+            try:
+                deployment.start()
+            except BaseException:
+                deployment.stop()
+                raise
+            self._running[version] = deployment
+        return self._running[version]
+
+    def stop_all(self) -> None:
+        for deployment in self._running.values():
+            deployment.stop()
+        self._running.clear()

@@ -1,0 +1,135 @@
+"""A client written against Airflow 3.3.2's public state-store API (its paths, bodies and
+status codes), run against Airflow 3.3.2 itself and against taskstate (`/taskstate` base
+path, a real uvicorn server): the answers must be the same. Airflow's response fields are
+compared (taskstate adds `last_updated_by` to task entries); timestamps by presence, 422s by
+`loc` (taskstate's `msg` is the Python accessor's message)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+from tests.airflow.deployment import Deployment, Deployments
+from tests.airflow.harness import versions
+from tests.api.server import running
+
+from taskstate import StateStore
+from taskstate.api.serve import standalone_app
+from taskstate.settings import Settings
+
+pytestmark = [
+    pytest.mark.airflow,
+    pytest.mark.skipif("3.3" not in versions(), reason="Airflow 3.3 not selected"),
+]
+DAG = "ts_api_scenario"
+
+
+def scenario(http: httpx.Client, base: str, run_id: str) -> list[tuple[str, int, Any]]:
+    """Every request a state-store client makes, with Airflow 3.3's paths under `base`."""
+    run = quote(run_id, safe="")
+    plain = f"{base}/api/v2/dags/{DAG}/dagRuns/{run}/taskInstances/plain/state-store"
+    mapped = f"{base}/api/v2/dags/{DAG}/dagRuns/{run}/taskInstances/mapped/state-store"
+    steps: list[tuple[str, str, str, dict[str, Any], Any]] = [
+        ("list empty", "GET", plain, {}, None),
+        ("put", "PUT", f"{plain}/k1", {}, {"value": {"a": [1, 2.5, "x", True, None]}}),
+        ("put never", "PUT", f"{plain}/k2", {}, {"value": "two", "expires_at": None}),
+        ("put dated", "PUT", f"{plain}/k3", {}, {"value": 3, "expires_at": "2099-01-01T00:00:00Z"}),
+        ("put slash key", "PUT", f"{plain}/a%2Fb", {}, {"value": [1]}),
+        ("get", "GET", f"{plain}/k1", {}, None),
+        ("get never", "GET", f"{plain}/k2", {}, None),
+        ("get dated", "GET", f"{plain}/k3", {}, None),
+        ("get slash key", "GET", f"{plain}/a%2Fb", {}, None),
+        ("get missing", "GET", f"{plain}/nope", {}, None),
+        ("list", "GET", plain, {}, None),
+        ("list page", "GET", plain, {"limit": 2, "offset": 1}, None),
+        ("list clamped", "GET", plain, {"limit": 1000}, None),
+        ("patch", "PATCH", f"{plain}/k3", {}, {"value": 33}),
+        ("get patched", "GET", f"{plain}/k3", {}, None),
+        ("patch missing", "PATCH", f"{plain}/nope", {}, {"value": 1}),
+        ("put null", "PUT", f"{plain}/bad", {}, {"value": None}),
+        ("put nested nan", "PUT", f"{plain}/bad", {}, "NaN"),
+        ("put extra field", "PUT", f"{plain}/bad", {}, {"value": 1, "other": 2}),
+        ("put no value", "PUT", f"{plain}/bad", {}, {}),
+        (
+            "put naive date",
+            "PUT",
+            f"{plain}/bad",
+            {},
+            {"value": 1, "expires_at": "2099-01-01T00:00:00"},
+        ),
+        ("put oversize", "PUT", f"{plain}/bad", {}, {"value": "x" * 70000}),
+        ("patch null", "PATCH", f"{plain}/k1", {}, {"value": None}),
+        ("bad map index", "GET", plain, {"map_index": -2}, None),
+        ("bad limit", "GET", plain, {"limit": -1}, None),
+        ("delete", "DELETE", f"{plain}/k2", {}, None),
+        ("delete missing", "DELETE", f"{plain}/k2", {}, None),
+        ("list after delete", "GET", plain, {}, None),
+        ("put map 0", "PUT", f"{mapped}/m", {"map_index": 0}, {"value": 0}),
+        ("put map 1", "PUT", f"{mapped}/m", {"map_index": 1}, {"value": 1}),
+        ("map isolation", "GET", mapped, {"map_index": 0}, None),
+        ("clear own index", "DELETE", mapped, {"map_index": 0}, None),
+        ("map 1 kept", "GET", f"{mapped}/m", {"map_index": 1}, None),
+        ("clear all", "DELETE", mapped, {"all_map_indices": "true"}, None),
+        ("map 1 gone", "GET", f"{mapped}/m", {"map_index": 1}, None),
+        ("clear", "DELETE", plain, {}, None),
+        ("list cleared", "GET", plain, {}, None),
+    ]
+    answers = []
+    for name, method, url, params, body in steps:
+        if body == "NaN":
+            response = http.request(method, url, params=params,
+                                    content='{"value": {"a": [1, NaN]}}',
+                                    headers={"content-type": "application/json"})  # fmt: skip
+        else:
+            response = http.request(method, url, params=params, json=body)
+        answers.append((name, response.status_code, _comparable(response)))
+    return answers
+
+
+def _comparable(response: httpx.Response) -> Any:
+    if not response.content:
+        return None
+    body = response.json()
+    if response.status_code == 422:
+        return sorted(tuple(map(str, error["loc"])) for error in body["detail"])
+    if isinstance(body, dict) and "task_state_store" in body:
+        return {**body, "task_state_store": [_entry(e) for e in body["task_state_store"]]}
+    if isinstance(body, dict) and "key" in body:
+        return _entry(body)
+    return body
+
+
+def _entry(entry: dict[str, Any]) -> dict[str, Any]:
+    """Airflow's fields; timestamps by presence (the servers' clocks and rows differ)."""
+    return {
+        "key": entry["key"],
+        "value": entry["value"],
+        "updated_at": entry["updated_at"] is not None,
+        "expires_at": entry["expires_at"] if entry["expires_at"] in (None,) else
+        entry["expires_at"][:10],
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def airflow33(deployments: Deployments) -> Iterator[tuple[Deployment, str]]:
+    deployment = deployments.get("3.3")
+    run_id = deployment.trigger(DAG)
+    deployment.wait_for_run(DAG, run_id)
+    yield deployment, run_id
+
+
+def test_the_same_client_gets_the_same_answers(
+    airflow33: tuple[Deployment, str], tmp_path: Path
+) -> None:
+    deployment, run_id = airflow33
+    with deployment.client("admin") as http:
+        theirs = scenario(http, "", run_id)
+    store = StateStore(f"sqlite:///{tmp_path}/state.db", settings=Settings())
+    with store, running(standalone_app(store, None)) as base, httpx.Client(base_url=base) as http:
+        ours = scenario(http, "/taskstate", run_id)
+    differences = [(t, o) for t, o in zip(theirs, ours, strict=True) if t != o]
+    assert not differences, "\n".join(f"airflow {t}\ntaskstate {o}" for t, o in differences)

@@ -1,0 +1,189 @@
+"""taskstate's HTTP API inside real Airflow: the plugin on Airflow 3.2's api-server and on
+Airflow 2.11's webserver, with Airflow's own authentication and permissions, against state
+that real DAG runs write and read."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.airflow.deployment import Deployment, Deployments
+from tests.airflow.harness import airflow_env, checkout_overlay, versions
+
+pytestmark = pytest.mark.airflow
+
+HOSTS = [v for v in ("3.2", "2.11") if v in versions()] or ["none"]
+V2 = "/taskstate/api/v2"
+
+
+def task_url(run_id: str, task_id: str) -> str:
+    return f"{V2}/dags/ts_api/dagRuns/{run_id}/taskInstances/{task_id}/state-store"
+
+
+@pytest.fixture(scope="module", params=HOSTS)
+def deployment(request: pytest.FixtureRequest, deployments: Deployments) -> Deployment:
+    if request.param == "none":
+        pytest.skip("neither Airflow 3.2 nor 2.11 selected")
+    return deployments.get(request.param)
+
+
+_runs: dict[str, str] = {}
+
+
+@pytest.fixture
+def run_id(deployment: Deployment) -> str:
+    """One finished `ts_api` run per deployment: `go` went in over HTTP while it ran."""
+    if deployment.version not in _runs:
+        run = deployment.trigger("ts_api")
+        with deployment.client("admin") as http:
+            _put_when_instance_exists(http, f"{task_url(run, 'reader')}/go", {"from": "http"})
+        deployment.wait_for_run("ts_api", run)
+        _runs[deployment.version] = run
+    return _runs[deployment.version]
+
+
+def _put_when_instance_exists(http: httpx.Client, url: str, value: Any) -> None:
+    """404 until the scheduler has created the task instance (writes need it, as in 3.3)."""
+    deadline = time.monotonic() + 180
+    while True:
+        response = http.put(url, json={"value": value})
+        if response.status_code == 204:
+            return
+        assert response.status_code == 404, response.text
+        assert "Task instance not found" in response.json()["detail"]
+        assert time.monotonic() < deadline, "the task instance never appeared"
+        time.sleep(1)
+
+
+def test_a_dag_run_and_http_see_each_others_state(deployment: Deployment, run_id: str) -> None:
+    with deployment.client("admin") as http:
+        written = http.get(f"{task_url(run_id, 'writer')}/written_by_dag")
+        assert written.status_code == 200, written.text
+        body = written.json()
+        assert body["value"] == {"run_id": run_id, "n": 42}
+        assert body["last_updated_by"] == {
+            "kind": "task", "dag_id": "ts_api", "run_id": run_id, "task_id": "writer",
+            "map_index": -1,
+        }  # fmt: skip
+        seen = http.get(f"{task_url(run_id, 'reader')}/seen").json()
+        assert seen["value"] == {"from": "http"}
+        go = http.get(f"{task_url(run_id, 'reader')}/go").json()
+        assert go["last_updated_by"] == {"kind": "api", "subject": "admin"}
+
+
+def test_asset_state_by_name_or_uri_and_by_airflows_id(deployment: Deployment, run_id: str) -> None:
+    with deployment.client("admin") as http:
+        if deployment.major >= 3:
+            query = {"name": "ts_api_orders"}
+            found = http.get("/api/v2/assets", params={"name_pattern": "ts_api_orders"}).json()
+            asset_id = found["assets"][0]["id"]
+        else:
+            query = {"uri": "file:///ts/api/orders"}
+            found = http.get("/api/v1/datasets", params={"uri_pattern": "ts/api/orders"}).json()
+            asset_id = found["datasets"][0]["id"]
+        by_query = http.get(f"{V2}/assets/state-store/watermark", params=query)
+        assert by_query.status_code == 200, by_query.text
+        assert by_query.json()["value"].startswith("ts_")  # the latest run's id
+        by_id = http.get(f"{V2}/assets/{asset_id}/state-store").json()
+        assert [e["key"] for e in by_id["asset_state_store"]] == ["watermark"]
+        assert http.get(f"{V2}/assets/999999/state-store").status_code == 404
+        listed = http.get(f"{V2}/assets").json()["assets"]
+        assert {"name": next(iter(query.values())), "keys": 1} in listed
+
+
+def test_permissions_are_airflows(deployment: Deployment, run_id: str) -> None:
+    url = f"{task_url(run_id, 'writer')}/written_by_dag"
+    with deployment.client(None) as anonymous:
+        assert anonymous.get(url).status_code == 401
+        assert anonymous.put(url, json={"value": 1}).status_code == 401
+    with deployment.client("viewer") as viewer:
+        assert viewer.get(url).status_code == 200
+        refused = viewer.put(url, json={"value": "viewer was here"})
+        assert refused.status_code == 403, refused.text
+        assert viewer.delete(url).status_code == 403
+    with deployment.client("admin") as admin:
+        assert admin.get(url).json()["value"]["n"] == 42  # the refused writes wrote nothing
+        assert (
+            admin.put(f"{task_url(run_id, 'writer')}/extra", json={"value": 1}).status_code == 204
+        )
+        missing = admin.put(f"{task_url(run_id, 'no_such_task')}/k", json={"value": 1})
+        assert missing.status_code == 404
+        assert admin.get(f"{V2}/dags").json()["dags"][0]["dag_id"] == "ts_api"
+
+
+def test_taskstate_tokens_work_inside_airflow(deployment: Deployment, run_id: str) -> None:
+    url = f"{task_url(run_id, 'writer')}/written_by_dag"
+    allowed = {"Authorization": f"Bearer {deployment.taskstate_token(dag_ids=('ts_*',))}"}
+    other = {"Authorization": f"Bearer {deployment.taskstate_token(dag_ids=('other',))}"}
+    with httpx.Client(base_url=deployment.base_url, timeout=60) as http:
+        assert http.get(url, headers=allowed).status_code == 200
+        assert http.get(url, headers=other).status_code == 403
+        forged = {"Authorization": "Bearer not-a-token"}
+        assert http.get(url, headers=forged).status_code == 401
+
+
+def test_doctor_says_the_plugin_serves(deployment: Deployment) -> None:
+    status, detail = deployment.home.doctor()["http api"]
+    assert status == "ok"
+    assert detail.startswith("served by the taskstate plugin")
+
+
+@pytest.mark.skipif("3.3" not in versions(), reason="Airflow 3.3 not selected")
+@pytest.mark.parametrize(("mode", "served"), [(None, False), ("taskstate", True)])
+def test_on_airflow_33_the_plugin_stands_aside_unless_taskstate_is_in_charge(
+    tmp_path: Path, mode: str | None, served: bool
+) -> None:
+    env = airflow_env("3.3")
+    overlay = checkout_overlay(env, tmp_path / "checkout")
+    code = (
+        "from taskstate.airflow.plugin import TaskStatePlugin; "
+        "print([a['url_prefix'] for a in TaskStatePlugin().fastapi_apps])"
+    )
+    extra = {} if mode is None else {"AIRFLOW__STATE_STORE__TASKSTATE_MODE": mode}
+    done = subprocess.run(
+        [str(env / "bin" / "python"), "-c", code],
+        env={
+            **{k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")},
+            "AIRFLOW_HOME": str(tmp_path),
+            "PYTHONPATH": str(overlay),
+            **extra,
+        },
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == ("['/taskstate']" if served else "[]")
+
+
+def test_the_ui_session_authenticates_and_writes_need_its_csrf_token(
+    deployment: Deployment, run_id: str
+) -> None:
+    url = f"{task_url(run_id, 'writer')}/from_the_ui"
+    if deployment.major >= 3:  # the UI keeps Airflow's JWT in the `_token` cookie
+        token = deployment.credentials("admin")["Authorization"].split(" ", 1)[1]
+        with httpx.Client(base_url=deployment.base_url, cookies={"_token": token}) as ui:
+            assert ui.put(url, json={"value": 1}).status_code == 204
+            assert ui.get(url).json()["last_updated_by"] == {"kind": "api", "subject": "admin"}
+        return
+    with httpx.Client(base_url=deployment.base_url, follow_redirects=True, timeout=60) as ui:
+        form = ui.get("/login/").text
+        csrf = re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', form)
+        assert csrf is not None, form[:2000]
+        ui.post("/login/", data={"username": "admin", "password": "admin-pw",
+                                 "csrf_token": csrf.group(1)})  # fmt: skip
+        assert ui.get(url).status_code == 404  # logged in: the key is just absent
+        refused = ui.put(url, json={"value": 1})
+        assert refused.status_code == 400  # no CSRF token
+        page = ui.get("/home").text
+        token = re.search(r"var csrfToken = '([^']+)'", page)  # what the UI's JavaScript sends
+        assert token is not None, page[:2000]
+        ok = ui.put(url, json={"value": 1}, headers={"X-CSRFToken": token.group(1)})
+        assert ok.status_code == 204, ok.text
+        assert ui.get(url).json()["last_updated_by"] == {"kind": "api", "subject": "admin"}

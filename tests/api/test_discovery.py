@@ -1,0 +1,87 @@
+"""Discovery routes: what holds state, filtered by what the caller may read, paged."""
+
+from __future__ import annotations
+
+import httpx
+from tests.api.conftest import Served
+
+from taskstate import AssetScope, TaskScope
+
+V2 = "/taskstate/api/v2"
+
+
+def _seed(served: Served) -> None:
+    for dag, run, task, index, keys in [
+        ("etl_a", "r1", "extract", -1, 2),
+        ("etl_a", "r1", "load", 0, 1),
+        ("etl_a", "r1", "load", 1, 3),
+        ("etl_a", "r2", "extract", -1, 1),
+        ("etl_b", "r1", "x", -1, 1),
+        ("report", "r1", "x", -1, 4),
+    ]:
+        accessor = served.store.task_state(TaskScope(dag, run, task, index))
+        for i in range(keys):
+            accessor.set(f"k{i}", i)
+    served.store.asset_state(AssetScope(name="orders")).set("w", 1)
+    served.store.asset_state(AssetScope(uri="s3://b/k")).set("w", 1)
+
+
+def test_everything_for_an_admin(api: httpx.Client, served: Served) -> None:
+    _seed(served)
+    assert api.get(f"{V2}/dags").json() == {
+        "dags": [
+            {"dag_id": "etl_a", "keys": 7},
+            {"dag_id": "etl_b", "keys": 1},
+            {"dag_id": "report", "keys": 4},
+        ],
+        "total_entries": 3,
+    }
+    assert api.get(f"{V2}/dags/etl_a/dagRuns").json() == {
+        "dag_runs": [{"dag_run_id": "r1", "keys": 6}, {"dag_run_id": "r2", "keys": 1}],
+        "total_entries": 2,
+    }
+    assert api.get(f"{V2}/dags/etl_a/dagRuns/r1/taskInstances").json() == {
+        "task_instances": [
+            {"task_id": "extract", "map_index": -1, "keys": 2},
+            {"task_id": "load", "map_index": 0, "keys": 1},
+            {"task_id": "load", "map_index": 1, "keys": 3},
+        ],
+        "total_entries": 3,
+    }
+    assert api.get(f"{V2}/assets").json() == {
+        "assets": [{"name": "orders", "keys": 1}, {"name": "s3://b/k", "keys": 1}],
+        "total_entries": 2,
+    }
+
+
+def test_paged(api: httpx.Client, served: Served) -> None:
+    _seed(served)
+    page = api.get(f"{V2}/dags", params={"limit": 1, "offset": 1}).json()
+    assert page == {"dags": [{"dag_id": "etl_b", "keys": 1}], "total_entries": 3}
+    assert api.get(f"{V2}/dags/none/dagRuns").json() == {"dag_runs": [], "total_entries": 0}
+
+
+def test_filtered_by_the_callers_claims(served: Served) -> None:
+    _seed(served)
+    with served.client(dag_ids=("etl_*",), run_id="r1") as client:
+        dags = client.get(f"{V2}/dags").json()
+        assert dags["dags"] == [{"dag_id": "etl_a", "keys": 6}, {"dag_id": "etl_b", "keys": 1}]
+        runs = client.get(f"{V2}/dags/etl_a/dagRuns").json()
+        assert runs["dag_runs"] == [{"dag_run_id": "r1", "keys": 6}]
+        assert client.get(f"{V2}/dags/report/dagRuns").json()["total_entries"] == 0
+        assert client.get(f"{V2}/assets").json() == {"assets": [], "total_entries": 0}
+    with served.client(assets=("orders",)) as client:
+        assert client.get(f"{V2}/assets").json()["assets"] == [{"name": "orders", "keys": 1}]
+        assert client.get(f"{V2}/dags").json()["total_entries"] == 0
+    with served.client(dag_ids=("etl_a",), task_id="load", map_index=1) as client:
+        tis = client.get(f"{V2}/dags/etl_a/dagRuns/r1/taskInstances").json()
+        assert tis["task_instances"] == [{"task_id": "load", "map_index": 1, "keys": 3}]
+
+
+def test_expired_state_is_not_listed(api: httpx.Client, served: Served) -> None:
+    from datetime import timedelta
+
+    served.store.task_state(TaskScope("gone", "r", "t")).set("k", 1, retention=timedelta(seconds=5))
+    assert api.get(f"{V2}/dags").json()["total_entries"] == 1
+    served.clock.now += 6
+    assert api.get(f"{V2}/dags").json()["total_entries"] == 0

@@ -1,0 +1,40 @@
+"""The OpenAPI document is complete and valid, and the health route names the backend."""
+
+from __future__ import annotations
+
+import httpx
+from openapi_spec_validator import validate
+from tests.api.conftest import Served
+
+
+def test_openapi_is_valid_and_lists_every_route(api: httpx.Client) -> None:
+    response = api.get("/taskstate/openapi.json")
+    assert response.status_code == 200
+    spec = response.json()
+    validate(spec)
+    task = "/api/v2/dags/{dag_id}/dagRuns/{dag_run_id}/taskInstances/{task_id}/state-store"
+    assert set(spec["paths"]) >= {
+        task,
+        task + "/{key}",
+        "/api/v2/assets/state-store",
+        "/api/v2/assets/state-store/{key}",
+        "/api/v2/dags",
+        "/api/v2/dags/{dag_id}/dagRuns",
+        "/api/v2/dags/{dag_id}/dagRuns/{dag_run_id}/taskInstances",
+        "/api/v2/assets",
+        "/health",
+    }
+    assert set(spec["paths"][task + "/{key}"]) == {"get", "put", "patch", "delete"}
+    assert set(spec["paths"][task]) == {"get", "delete"}
+    body = spec["components"]["schemas"]["TaskStateBody"]
+    assert body["additionalProperties"] is False
+
+
+def test_openapi_and_health_need_no_token(served: Served) -> None:
+    with httpx.Client(base_url=served.base) as client:
+        assert client.get("/taskstate/openapi.json").status_code == 200
+        health = client.get("/taskstate/health")
+        assert health.status_code == 200
+        body = health.json()
+        assert body["status"] == "ok"
+        assert body["backend"].startswith("sqlite:///")

@@ -1,0 +1,166 @@
+"""`taskstate serve` and `taskstate token create` as a user runs them: real processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.api.conftest import SECRET
+
+TASKSTATE = [sys.executable, "-m", "taskstate"]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
+    return {**env, "AIRFLOW_HOME": str(tmp_path), **extra}
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def _serving(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    port = _free_port()
+    proc = subprocess.Popen(
+        [*TASKSTATE, "--url", f"sqlite:///{tmp_path}/s.db", "serve", "--port", str(port)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/taskstate/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert proc.poll() is None, proc.communicate()[1]
+                assert time.monotonic() < deadline, "taskstate serve did not start"
+                time.sleep(0.1)
+        yield base, proc
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(20)
+
+
+def test_open_server_on_loopback_says_so(tmp_path: Path) -> None:
+    with _serving(tmp_path, _env(tmp_path)) as (base, proc):
+        response = httpx.put(
+            f"{base}/taskstate/api/v2/dags/d/dagRuns/r/taskInstances/t/state-store/k",
+            json={"value": 1},
+        )
+        assert response.status_code == 204
+    assert "OPEN" in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_refuses_a_public_host_without_a_key(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*TASKSTATE, "serve", "--host", "0.0.0.0"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 2
+    assert "refusing to serve on 0.0.0.0" in done.stderr
+
+
+def test_a_created_token_opens_what_it_names(tmp_path: Path) -> None:
+    env = _env(tmp_path, AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY=SECRET)
+    created = subprocess.run(
+        [
+            *TASKSTATE,
+            "token",
+            "create",
+            "--dag-id",
+            "etl_*",
+            "--subject",
+            "ci",
+            "--expires-in",
+            "1h",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    token = created.stdout.strip()
+    with _serving(tmp_path, env) as (base, proc):
+        route = f"{base}/taskstate/api/v2/dags/etl_x/dagRuns/r/taskInstances/t/state-store"
+        assert httpx.get(route).status_code == 401
+        auth = {"Authorization": f"Bearer {token}"}
+        assert httpx.get(route, headers=auth).status_code == 200
+        other = route.replace("etl_x", "report")
+        assert httpx.get(other, headers=auth).status_code == 403
+    assert "tokens required" in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_the_key_can_come_from_a_command(tmp_path: Path) -> None:
+    env = _env(tmp_path, AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY_CMD=f"echo {SECRET}")
+    created = subprocess.run(
+        [*TASKSTATE, "token", "create", "--admin"], env=env, capture_output=True, text=True
+    )
+    assert created.returncode == 0, created.stderr
+    from taskstate.api.tokens import SigningKeys
+
+    assert SigningKeys([SECRET]).verify(created.stdout.strip()).admin
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "name what the token may touch"),
+        (["--run-id", "r"], "name what the token may touch"),
+        (["--asset", "a", "--run-id", "r"], "need --dag-id"),
+        (["--admin", "--expires-in", "soon"], "is not a duration"),
+    ],
+)
+def test_token_create_refuses_bad_options(tmp_path: Path, args: list[str], message: str) -> None:
+    env = _env(tmp_path, AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY=SECRET)
+    done = subprocess.run(
+        [*TASKSTATE, "token", "create", *args], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 2
+    assert message in done.stderr
+
+
+def test_token_create_without_a_key_says_what_to_set(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [*TASKSTATE, "token", "create", "--admin"],
+        env=_env(tmp_path),
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 1
+    assert "taskstate_secret_key" in done.stderr
+
+
+def test_a_short_key_is_refused(tmp_path: Path) -> None:
+    env = _env(tmp_path, AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY="short")
+    done = subprocess.run(
+        [*TASKSTATE, "token", "create", "--admin"], env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert "at least 32 characters" in done.stderr
+
+
+def test_import_taskstate_imports_no_server_dependency() -> None:
+    code = (
+        "import sys, taskstate, taskstate.cli; "
+        "bad = [m for m in ('fastapi', 'starlette', 'uvicorn', 'jwt', 'pydantic', 'httpx') "
+        "if m in sys.modules]; print(bad)"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"

@@ -1,0 +1,312 @@
+"""The state pages in real Chromium against `taskstate serve`'s app: every change made in the
+browser is checked through the Python store, every refusal by what the store still holds."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+from tests.ui.browser import PHONE
+from tests.ui.conftest import Served
+
+from taskstate import NEVER_EXPIRE
+from taskstate.scope import AssetScope, TaskScope
+
+pytestmark = pytest.mark.timeout(120)
+
+LOAD = TaskScope("etl", "run1", "load", -1)
+
+
+def seed(served: Served) -> None:
+    load = served.store.task_state(LOAD)
+    load.set("offset", {"n": 42})
+    load.set("big", {"rows": list(range(200))}, retention=timedelta(days=3))
+    load.set("job", {"id": "j-1"})
+    for index in range(3):
+        served.store.task_state(TaskScope("etl", "run1", "mapped", index)).set("part", index)
+    served.store.asset_state(AssetScope(name="orders")).set("watermark", "2026-01-01")
+
+
+def task_url(served: Served, task: str = "load", map_index: str = "-1") -> str:
+    return f"{served.ui}?dag_id=etl&run_id=run1&task_id={task}&map_index={map_index}"
+
+
+def row(page: Page, key: str):  # type: ignore[no-untyped-def]
+    return page.locator("#ts-entries tbody tr", has=page.locator("td.ts-key", has_text=key))
+
+
+def test_browse_from_dags_to_a_task_instance(served: Served, page: Page) -> None:
+    seed(served)
+    page.goto(served.base + "/taskstate/ui")  # no slash: redirected to the page
+    expect(page.get_by_role("heading", name="DAGs with task state")).to_be_visible()
+    expect(page.get_by_role("link", name="orders")).to_be_visible()
+    page.get_by_role("link", name="etl").click()
+    page.get_by_role("link", name="run1").click()
+    expect(page.get_by_role("row", name="mapped 2 1")).to_be_visible()
+    page.get_by_role("link", name="load").click()
+    expect(page.get_by_role("heading", name="Task state: load")).to_be_visible()
+    offset = row(page, "offset")
+    expect(offset.locator("pre")).to_have_text('{\n  "n": 42\n}')  # pretty JSON
+    expect(offset).to_contain_text("task etl.load, run run1")  # last_updated_by
+    big = row(page, "big")
+    expect(big.locator("details")).not_to_have_attribute("open", "")  # long: folded
+    expect(big.locator("details pre")).to_be_hidden()
+    big.locator("summary").click()
+    expect(big.locator("details pre")).to_be_visible()
+    expires = big.locator("td").nth(3).locator("time")
+    iso = expires.get_attribute("datetime")
+    entry = served.store.task_state(LOAD).entry("big")
+    assert entry is not None and entry.expires_at is not None and iso is not None
+    assert iso.startswith(time.strftime("%Y-%m-%dT", time.gmtime(entry.expires_at)))
+    page.get_by_role("link", name="run1").click()
+    expect(page.get_by_role("heading", name="Task instances of run1 with state")).to_be_visible()
+
+
+def test_never_expiring_keys_say_never_and_the_filter_and_pages_work(
+    served: Served, page: Page
+) -> None:
+    state = served.store.task_state(LOAD)
+    for n in range(30):
+        state.set(f"k{n:02d}", n, retention=NEVER_EXPIRE)
+    state.set("other", 1)
+    page.goto(task_url(served))
+    expect(row(page, "k00").locator("td").nth(3)).to_have_text("Never")
+    expect(page.get_by_text("1–25 of 31")).to_be_visible()
+    page.get_by_role("button", name="Next").click()
+    expect(page.get_by_text("26–31 of 31")).to_be_visible()
+    expect(row(page, "other")).to_be_visible()
+    page.get_by_label("Filter keys (prefix)").fill("k2")
+    expect(page.get_by_text("10 entries")).to_be_visible()
+    expect(row(page, "other")).to_have_count(0)
+    page.get_by_label("Filter keys (prefix)").fill("zz")
+    expect(page.get_by_text('No key starts with "zz".')).to_be_visible()
+
+
+def test_edit_keeps_the_expiry_unless_changed(served: Served, page: Page) -> None:
+    seed(served)
+    state = served.store.task_state(LOAD)
+    before = state.entry("big")
+    assert before is not None
+    page.goto(task_url(served))
+    page.get_by_role("button", name="Edit big").click()
+    editor = page.get_by_role("dialog", name="Edit big")
+    expect(editor.get_by_label("Key")).to_have_value("big")
+    editor.get_by_label("Value (JSON)").fill('{"rows": [1, 2, 3]}')
+    expect(editor.get_by_role("radio", name="Keep", exact=False)).to_be_checked()
+    editor.get_by_role("button", name="Save").click()
+    expect(editor).to_be_hidden()  # closed once the server answered
+    expect(page.get_by_role("status")).to_have_text("Saved big.")
+    after = state.entry("big")
+    assert after is not None and after.value == {"rows": [1, 2, 3]}
+    assert after.expires_at == before.expires_at
+    assert after.updated_by == {"kind": "api", "subject": "anonymous"}
+
+    page.get_by_role("button", name="Edit big").click()
+    editor = page.get_by_role("dialog", name="Edit big")
+    editor.get_by_role("radio", name="Never expires").check()
+    editor.get_by_role("button", name="Save").click()
+    expect(editor).to_be_hidden()  # closed once the server answered
+    expect(page.get_by_role("status")).to_have_text("Saved big.")
+    never = state.entry("big")
+    assert never is not None and never.expires_at is None and never.value == {"rows": [1, 2, 3]}
+
+    page.get_by_role("button", name="Edit big").click()
+    editor = page.get_by_role("dialog", name="Edit big")
+    editor.get_by_role("radio", name="Expires in").check()
+    editor.get_by_label("Days to keep").fill("2")
+    editor.get_by_role("button", name="Save").click()
+    expect(editor).to_be_hidden()  # closed once the server answered
+    expect(page.get_by_role("status")).to_have_text("Saved big.")
+    two_days = state.entry("big")
+    assert two_days is not None and two_days.expires_at is not None
+    assert abs(two_days.expires_at - (time.time() + 2 * 86400)) < 120
+
+
+def test_add_a_key_with_the_default_retention(served: Served, page: Page) -> None:
+    seed(served)
+    page.goto(task_url(served))
+    page.get_by_role("button", name="Add key").click()
+    editor = page.get_by_role("dialog")
+    editor.get_by_label("Key").fill("a/b ü")
+    editor.get_by_label("Value (JSON)").fill('["x", 1]')
+    editor.get_by_role("button", name="Save").click()
+    expect(row(page, "a/b ü")).to_be_visible()
+    entry = served.store.task_state(LOAD).entry("a/b ü")
+    assert entry is not None and entry.value == ["x", 1]
+    days = served.store.settings.default_retention_days
+    assert (
+        entry.expires_at is not None and abs(entry.expires_at - entry.updated_at - days * 86400) < 1
+    )
+    page.get_by_role("button", name="Add key").click()  # adding never overwrites
+    editor = page.get_by_role("dialog")
+    editor.get_by_label("Key").fill("offset")
+    editor.get_by_label("Value (JSON)").fill("1")
+    editor.get_by_role("button", name="Save").click()
+    expect(editor.get_by_role("alert")).to_have_text(
+        'The key "offset" already exists: edit it instead.'
+    )
+    assert served.store.task_state(LOAD).get("offset") == {"n": 42}
+
+
+def test_bad_json_and_refused_values_show_the_error_and_change_nothing(
+    served: Served, page: Page
+) -> None:
+    seed(served)
+    page.goto(task_url(served))
+    requests: list[str] = []
+    expect(row(page, "offset")).to_be_visible()
+    page.on("request", lambda r: requests.append(r.method) if "state-store" in r.url else None)
+    page.get_by_role("button", name="Edit offset").click()
+    editor = page.get_by_role("dialog", name="Edit offset")
+    value = editor.get_by_label("Value (JSON)")
+    value.fill('{"n": 43,}')
+    editor.get_by_role("button", name="Save").click()
+    expect(editor.get_by_role("alert")).to_contain_text("The value is not valid JSON")
+    expect(value).to_have_attribute("aria-invalid", "true")
+    value.fill("null")
+    editor.get_by_role("button", name="Save").click()
+    expect(editor.get_by_role("alert")).to_have_text(
+        "null cannot be stored: delete the key instead."
+    )
+    assert requests == []  # refused before sending
+    value.fill('"' + "x" * 2000 + '"')  # over the server's 1 KiB limit: its 422, inline
+    editor.get_by_role("button", name="Save").click()
+    expect(editor.get_by_role("alert")).to_contain_text("1024")
+    assert requests == ["PATCH"]
+    expect(editor).to_be_visible()  # still open with the text, to fix it
+    editor.get_by_role("button", name="Cancel").click()
+    assert served.store.task_state(LOAD).get("offset") == {"n": 42}
+
+
+def test_delete_and_clear_ask_first_and_say_what_is_lost(served: Served, page: Page) -> None:
+    seed(served)
+    state = served.store.task_state(LOAD)
+    page.goto(task_url(served))
+    page.get_by_role("button", name="Delete job").click()
+    confirm = page.get_by_role("alertdialog", name='Delete "job"?')
+    expect(confirm).to_contain_text("submits the job again")
+    expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
+    page.keyboard.press("Enter")  # Enter on the focused Cancel keeps the key
+    expect(confirm).to_be_hidden()
+    assert state.get("job") == {"id": "j-1"}
+    page.get_by_role("button", name="Delete job").click()
+    page.get_by_role("alertdialog").get_by_role("button", name="Delete key").click()
+    expect(page.get_by_role("status")).to_have_text("Deleted job.")
+    assert state.get("job") is None and state.get("offset") == {"n": 42}
+
+    page.get_by_role("button", name="Clear task instance").click()
+    confirm = page.get_by_role("alertdialog", name="Clear this task instance?")
+    expect(confirm).to_contain_text("starts from the beginning")
+    page.keyboard.press("Escape")
+    assert state.get("offset") == {"n": 42}
+    page.get_by_role("button", name="Clear task instance").click()
+    page.get_by_role("alertdialog").get_by_role("button", name="Clear task instance").click()
+    expect(page.get_by_text("This task instance holds no state.")).to_be_visible()
+    assert state.keys() == [] and served.store.asset_state(AssetScope(name="orders")).get(
+        "watermark"
+    )
+
+
+def test_mapped_task_pick_an_index_or_all_and_clear_every_index(served: Served, page: Page) -> None:
+    seed(served)
+    page.goto(task_url(served, "mapped", "1"))
+    expect(row(page, "part").locator("pre")).to_have_text("1")
+    page.get_by_label("Map index").select_option("2")
+    expect(page.get_by_role("heading", name="Task state: mapped")).to_be_visible()
+    expect(row(page, "part").locator("pre")).to_have_text("2")
+    page.get_by_label("Map index").select_option("all")
+    expect(page.get_by_text("3 keys across 3 map indices")).to_be_visible()
+    expect(page.get_by_role("button", name="Edit part")).to_have_count(0)
+    page.get_by_role("button", name="Clear all map indices").click()
+    confirm = page.get_by_role("alertdialog", name="Clear every map index?")
+    expect(confirm).to_contain_text("every map index of task mapped")
+    confirm.get_by_role("button", name="Clear all map indices").click()
+    expect(page.get_by_role("status")).to_have_text("Cleared every map index.")
+    for index in range(3):
+        assert served.store.task_state(TaskScope("etl", "run1", "mapped", index)).keys() == []
+    assert served.store.task_state(LOAD).get("offset") == {"n": 42}
+
+
+def test_asset_view_shows_who_wrote_each_key_and_edits(served: Served, page: Page) -> None:
+    seed(served)
+    writer = {"kind": "task", "dag_id": "etl", "run_id": "run1", "task_id": "load", "map_index": -1}
+    served.store.asset_state(AssetScope(name="orders"), writer=writer).set("rows", 10)
+    page.goto(served.ui)
+    page.get_by_role("link", name="orders").click()
+    expect(page.get_by_role("heading", name="Asset state: orders")).to_be_visible()
+    expect(row(page, "rows")).to_contain_text("task etl.load, run run1")
+    expect(row(page, "watermark")).to_contain_text("unknown")
+    page.get_by_role("button", name="Edit watermark").click()
+    page.get_by_role("dialog").get_by_label("Value (JSON)").fill('"2026-02-01"')
+    page.get_by_role("dialog").get_by_role("button", name="Save").click()
+    expect(row(page, "watermark")).to_contain_text("user anonymous")
+    assert served.store.asset_state(AssetScope(name="orders")).get("watermark") == "2026-02-01"
+    page.get_by_role("button", name="Delete rows").click()
+    expect(page.get_by_role("alertdialog")).to_contain_text("Asset orders loses")
+    page.get_by_role("alertdialog").get_by_role("button", name="Delete key").click()
+    expect(row(page, "rows")).to_have_count(0)
+    assert served.store.asset_state(AssetScope(name="orders")).get("rows") is None
+
+
+def test_sign_in_with_a_token_and_read_only_users_change_nothing(
+    secured: Served, page: Page
+) -> None:
+    seed(secured)
+    page.goto(task_url(secured))
+    expect(page.get_by_role("heading", name="Sign in to see state")).to_be_visible()
+    page.get_by_label("taskstate token", exact=False).fill(
+        secured.token(dag_ids=("etl",), read_only=True, subject="viewer")
+    )
+    page.get_by_role("button", name="Use token").click()
+    expect(row(page, "offset")).to_be_visible()
+    expect(page.get_by_text("Read-only: you may see this state but not change it.")).to_be_visible()
+    for name in ("Add key", "Clear task instance", "Edit offset", "Delete offset"):
+        expect(page.get_by_role("button", name=name)).to_have_count(0)
+    # The server refuses what the page hides, with the page's own credentials.
+    statuses = page.evaluate(
+        """async () => {
+            const token = sessionStorage.getItem("taskstate.token");
+            const url = "../api/v2/dags/etl/dagRuns/run1/taskInstances/load/state-store";
+            const headers = {
+                Authorization: `Bearer ${token}`, "Content-Type": "application/json"
+            };
+            const body = '{"value": 1}';
+            const put = await fetch(`${url}/offset`, {method: "PUT", headers, body});
+            const del = await fetch(url, {method: "DELETE", headers});
+            return [put.status, del.status];
+        }"""
+    )
+    assert statuses == [403, 403]
+    assert secured.store.task_state(LOAD).get("offset") == {"n": 42}
+    page.goto(secured.ui)  # the token lasts for the tab; its scope limits the listings
+    expect(page.get_by_role("link", name="etl")).to_be_visible()
+    expect(page.get_by_text("No asset state yet.")).to_be_visible()
+
+
+def test_phone_width_and_keyboard_only(served: Served, browser: Browser) -> None:
+    seed(served)
+    context = browser.new_context(viewport=PHONE)
+    page = context.new_page()
+    page.goto(task_url(served))
+    cells = row(page, "offset").locator("td")
+    key_box, value_box = cells.nth(0).bounding_box(), cells.nth(1).bounding_box()
+    assert key_box and value_box and value_box["y"] > key_box["y"]  # stacked, not side by side
+    width = page.evaluate("document.documentElement.scrollWidth")
+    assert width <= PHONE["width"], "no horizontal scrolling at phone width"
+    page.get_by_role("button", name="Edit offset").focus()
+    page.keyboard.press("Enter")
+    editor = page.get_by_role("dialog", name="Edit offset")
+    expect(editor.get_by_label("Value (JSON)")).to_be_focused()
+    page.keyboard.press("Control+A")
+    page.keyboard.type("7")
+    page.keyboard.press("Tab")
+    while not editor.get_by_role("button", name="Save").evaluate(
+        "b => b === document.activeElement"
+    ):
+        page.keyboard.press("Tab")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("status")).to_have_text("Saved offset.")
+    assert served.store.task_state(LOAD).get("offset") == 7
+    context.close()
