@@ -1,10 +1,14 @@
 """The Airflow part of `taskstate doctor`: which Airflow, which store is in charge, whether the
-injection is installed, and whether the backend suits the executor. Never imports Airflow."""
+injection is installed, whether providers' `durable=True` takes effect, and whether the backend
+suits the executor. Never imports Airflow (that one check starts a fresh Airflow process)."""
 
 from __future__ import annotations
 
 import importlib.metadata
+import subprocess
+import sys
 
+from taskstate.airflow import providers
 from taskstate.airflow.executors import (
     Executor,
     configured_executors,
@@ -19,7 +23,7 @@ from taskstate.airflow.versions import (
 )
 from taskstate.backends import resolve_url
 from taskstate.errors import TaskStateError
-from taskstate.settings import Settings
+from taskstate.settings import Settings, setting
 
 Check = tuple[str, str, str]
 
@@ -54,6 +58,7 @@ def report() -> list[Check]:
     else:
         checks.append(("state store in charge", "ok", "taskstate (injected into every task)"))
     checks.append(_injection())
+    checks.append(_provider_durable(version))
     checks.extend(_executor())
     return checks
 
@@ -90,6 +95,49 @@ def _injection() -> Check:
         "the airflow.policy entry point taskstate.airflow.policy is missing, so tasks get no "
         "task_state_store: reinstall taskstate (pip install 'taskstate[airflow]') in the "
         "environment Airflow runs in",
+    )
+
+
+def _provider_durable(version: str) -> Check:
+    """The setting, and whether a fresh Airflow process really resolves the mixin to ours."""
+    name = "provider durable"
+    try:
+        on = setting("provider_durable")
+    except TaskStateError as exc:
+        return (name, "fail", str(exc))
+    reason = providers.unsupported_reason()
+    if not on:
+        effect = (
+            f"provider operators' durable=True does nothing on Airflow {version} (they get the "
+            "providers' stand-in mixin); True makes them resume (docs/providers.md)"
+        )
+        return (name, "ok", f"off ({providers.OPTION} = False): {reason or effect}")
+    if reason is not None:
+        return (name, "warn", f"{providers.OPTION} = True is inactive: {reason}")
+    # Checked in a fresh interpreter: the setting acts inside `import airflow`.
+    code = (
+        "import airflow.sdk, taskstate; "
+        "print(airflow.sdk.__dict__.get('ResumableJobMixin') is taskstate.ResumableJobMixin)"
+    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=300
+        )
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return (name, "fail", f"{providers.OPTION} = True, but checking it failed: {exc}")
+    if proc.stdout.strip().endswith("True"):
+        return (
+            name,
+            "ok",
+            "on and active: airflow.sdk.ResumableJobMixin is taskstate's in a fresh Airflow "
+            "process, so provider operators' durable=True resumes their jobs (docs/providers.md)",
+        )
+    return (
+        name,
+        "fail",
+        f"{providers.OPTION} = True, but a fresh Airflow process does not resolve "
+        "airflow.sdk.ResumableJobMixin to taskstate's (is the taskstate.airflow.policy entry "
+        f"point installed?): {(proc.stdout + proc.stderr).strip()[-500:]}",
     )
 
 

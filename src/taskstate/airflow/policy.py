@@ -3,8 +3,7 @@
 Airflow applies `task_policy` to each task whenever a DAG file is parsed — by the DAG
 processor, by `dags test` / `tasks test`, and by the worker process that runs the task — so
 the callbacks below are in place wherever a task executes. On Airflow 3.3+ Airflow's own store
-is in charge unless `[state_store] taskstate_mode = taskstate`; there the policy only guards
-Airflow's accessors and warns about unmigrated state (`taskstate.airflow.native`).
+from taskstate.airflow import KEEP_STATE_ATTR, native, providers
 """
 
 from __future__ import annotations
@@ -13,9 +12,11 @@ from typing import Any
 
 from airflow.policies import hookimpl
 
-from taskstate.airflow import KEEP_STATE_ATTR, native
+from taskstate.airflow import KEEP_STATE_ATTR, native, providers
 from taskstate.airflow.inject import ClearOnSuccess, InjectState
 from taskstate.airflow.versions import native_store_active
+
+providers.install()
 
 
 @hookimpl  # type: ignore[untyped-decorator]  # pluggy's marker, untyped in Airflow
