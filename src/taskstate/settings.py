@@ -99,6 +99,7 @@ class Settings:
     offload_threshold: int | None = None
     offload_compression: str = "none"
     offload_storage_options: str | None = None
+    taskstate_mode: str = "native"
     provider_durable: bool = False
 
     @classmethod
@@ -170,6 +171,12 @@ _OPTIONS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
         _choice("[state_store] taskstate_offload_compression", ("none", "gzip")),
     ),
     "offload_storage_options": ("state_store", "taskstate_offload_storage_options", _text),
+    # Airflow 3.3+ only: whose accessors tasks get (taskstate.airflow.versions).
+    "taskstate_mode": (
+        "state_store",
+        "taskstate_mode",
+        _choice("[state_store] taskstate_mode", ("native", "taskstate")),
+    ),
     "provider_durable": (
         "state_store",
         "taskstate_provider_durable",
