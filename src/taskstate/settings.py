@@ -99,6 +99,8 @@ class Settings:
     offload_threshold: int | None = None
     offload_compression: str = "none"
     offload_storage_options: str | None = None
+    taskstate_mode: str = "native"
+    provider_durable: bool = False
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -169,6 +171,17 @@ _OPTIONS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
         _choice("[state_store] taskstate_offload_compression", ("none", "gzip")),
     ),
     "offload_storage_options": ("state_store", "taskstate_offload_storage_options", _text),
+    # Airflow 3.3+ only: whose accessors tasks get (taskstate.airflow.versions).
+    "taskstate_mode": (
+        "state_store",
+        "taskstate_mode",
+        _choice("[state_store] taskstate_mode", ("native", "taskstate")),
+    ),
+    "provider_durable": (
+        "state_store",
+        "taskstate_provider_durable",
+        _bool("[state_store] taskstate_provider_durable"),
+    ),
 }
 
 # Options holding a JSON object whose entries may be credentials.
@@ -191,6 +204,15 @@ def _airflow_lookup() -> Lookup | None:
         return None if value is None else str(value)
 
     return lookup
+
+
+def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """One `Settings` field, read and parsed alone (for hooks that run in every Airflow
+    process: nothing else is read, no other `_cmd` runs)."""
+    env = os.environ if environ is None else environ
+    section, option, parse = _OPTIONS[name]
+    raw = _raw(env, _airflow_lookup() or _file_lookup(env), section, option)
+    return getattr(Settings, name) if raw is None else parse(raw)
 
 
 def airflow_option(

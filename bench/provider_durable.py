@@ -1,0 +1,95 @@
+"""Providers' `durable=True` on Airflow 3.2: jobs per logical job with and without
+`[state_store] taskstate_provider_durable`.
+
+Two real deployments side by side (api-server, dag-processor, scheduler + LocalExecutor, one
+with the setting on, one with it off), each against its own moto server on loopback
+(tests/aws_server.py), run tests/airflow/provider_dags/ts_provider_durable.py in turn: Amazon's
+`RedshiftDataOperator` and `GlueJobOperator` (apache-airflow-providers-amazon from PyPI), try 1
+of each task SIGKILLed after the job id is saved, while polling, or inside the submit→persist
+window (the job accepted, its id not saved yet). A logical job is one task of one DAG run; the
+service's ledger says how many jobs it accepted for each.
+
+    .venv/bin/python bench/provider_durable.py [--runs 3]
+
+Prints a markdown table (pasted into bench/README.md). Not part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections import Counter, defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(REPO), str(REPO / "bench")]
+
+from tests.aws_server import running_aws  # noqa: E402
+from versus.envs import AirflowHome, Side  # noqa: E402
+from versus.scheduler import Deployment  # noqa: E402
+
+DAG = REPO / "tests" / "airflow" / "provider_dags" / "ts_provider_durable.py"
+FAULTS = ("after_persist", "while_polling", "in_window")
+OPERATORS = ("redshift", "glue")
+
+
+def jobs_per_logical_job(ledger: list[dict[str, str]]) -> Counter[tuple[str, str]]:
+    """(DAG run, task) -> jobs the service accepted for it."""
+    return Counter(tuple(entry["logical"].split("|", 1)) for entry in ledger)  # type: ignore[misc]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3, help="DAG runs per side")
+    args = parser.parse_args()
+    side = Side("provider durable 3.2", "3.2", taskstate=True)
+    side.prepare()
+    tasks = [f"{op}_{fault}" for op in OPERATORS for fault in FAULTS]
+    reports: dict[bool, list[dict[str, object]]] = defaultdict(list)
+    with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
+        live: dict[bool, tuple[Deployment, object]] = {}
+        for on in (True, False):
+            root = Path(tmp) / ("on" if on else "off")
+            root.mkdir()
+            home = AirflowHome(side, root / "home")
+            (home.root / "dags" / "versus_dags.py").unlink()
+            shutil.copy(DAG, home.root / "dags")
+            aws = stack.enter_context(running_aws(root))
+            out = root / "out"
+            out.mkdir()
+            extra = {
+                "AIRFLOW_CONN_AWS_DEFAULT": aws.airflow_connection(),
+                "AIRFLOW__STATE_STORE__TASKSTATE_PROVIDER_DURABLE": str(on),
+                "TS_PROVIDER_FAULT": "kill",
+                "TS_PROVIDER_FAULTS": ",".join(FAULTS),
+            }
+            live[on] = (stack.enter_context(Deployment(home, out, extra)), aws)
+        for _ in range(args.runs):  # interleaved: one run with the setting, one without
+            for on in (True, False):
+                deployment, _aws = live[on]
+                reports[on] += deployment.run("ts_provider_durable", tasks=len(tasks))
+        jobs = {on: jobs_per_logical_job(aws.submissions()) for on, (_d, aws) in live.items()}
+    print(f"\n{args.runs} DAG runs per side, Airflow 3.2, {len(tasks)} tasks per run\n")
+    print("| try 1 SIGKILLed | operator | jobs per logical job, setting on | setting off |")
+    print("|---|---|--:|--:|")
+    for fault in FAULTS:
+        for op in OPERATORS:
+            task = f"{op}_{fault}"
+            cells = []
+            for on in (True, False):
+                counts = [n for (_run, t), n in jobs[on].items() if t == task]
+                cells.append(f"{sum(counts) / len(counts):.2f} (max {max(counts)})")
+            print(f"| {fault} | {op} | {cells[0]} | {cells[1]} |")
+    for on in (True, False):
+        total = sum(jobs[on].values())
+        logical = len(jobs[on])
+        print(f"\nsetting {'on' if on else 'off'}: {total} jobs for {logical} logical jobs")
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    main()

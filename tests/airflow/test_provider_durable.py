@@ -1,0 +1,140 @@
+"""`[state_store] taskstate_provider_durable`: upstream provider operators' `durable=True` on
+Airflow 3.0–3.2, with Amazon's `RedshiftDataOperator` and `GlueJobOperator` from PyPI against
+moto's server on loopback (tests/aws_server.py).
+
+Under a real scheduler on Airflow 3.2 (api-server, dag-processor, scheduler + LocalExecutor),
+try 1 of each task is SIGKILLed after the job id is persisted or while polling: with the
+setting on the retry reconnects and the service saw one job per task; with it off the same DAG
+submits every job twice (the providers' stand-in mixin). Under `dags test` on 3.0 and 3.1 the
+same operators resume from a failed try 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.airflow.harness import AirflowHome
+from tests.aws_server import running_aws
+
+pytestmark = pytest.mark.airflow
+
+REPO = Path(__file__).resolve().parents[2]
+DAG_FILE = Path(__file__).with_name("provider_dags") / "ts_provider_durable.py"
+DAG_ID = "ts_provider_durable"
+TASKS = [f"{op}_{at}" for op in ("redshift", "glue") for at in ("after_persist", "while_polling")]
+SELECTED = os.environ.get("TASKSTATE_AIRFLOW_VERSIONS", "").split()
+TASKSTATE_MIXIN = "taskstate.resumable.mixin"
+PROVIDER_STANDIN = "airflow.providers.common.compat._resumable_job_mixin"
+SETTING = "AIRFLOW__STATE_STORE__TASKSTATE_PROVIDER_DURABLE"
+
+
+def by_task(submissions: list[dict[str, Any]]) -> Counter[str]:
+    """Jobs the service accepted, per task (the DAG names its logical job in each)."""
+    return Counter(s["logical"].split("|")[1] for s in submissions)
+
+
+def under_scheduler(
+    tmp_path: Path, *, provider_durable: bool
+) -> tuple[dict[str, Any], Counter[str]]:
+    sys.path.insert(0, str(REPO / "bench"))
+    from versus.envs import AirflowHome as BenchHome
+    from versus.envs import Side
+    from versus.scheduler import Deployment
+
+    side = Side("provider durable 3.2", "3.2", taskstate=True)
+    side.prepare()
+    home = BenchHome(side, tmp_path / "home")
+    (home.root / "dags" / "versus_dags.py").unlink()
+    shutil.copy(DAG_FILE, home.root / "dags")
+    out = tmp_path / "out"
+    out.mkdir()
+    with running_aws(tmp_path) as aws:
+        extra = {
+            "AIRFLOW_CONN_AWS_DEFAULT": aws.airflow_connection(),
+            "TS_PROVIDER_FAULT": "kill",
+            SETTING: str(provider_durable),
+        }
+        with Deployment(home, out, extra) as live:
+            reports = {r["task_id"]: r for r in live.run(DAG_ID, tasks=len(TASKS))}
+        return reports, by_task(aws.submissions())
+
+
+@pytest.mark.skipif("3.2" not in SELECTED, reason="Airflow 3.2 not selected")
+def test_sigkilled_provider_operators_resume_only_with_the_setting(tmp_path: Path) -> None:
+    reports, jobs = under_scheduler(tmp_path / "on", provider_durable=True)
+    for task in TASKS:
+        report = reports[task]
+        assert report["try_number"] == 2, report  # try 1 was killed
+        assert (report["mixin"], report["durable"]) == (TASKSTATE_MIXIN, True), report
+        assert jobs[task] == 1, (task, jobs)
+        assert report["stored"] is not None
+    # The retry returned the result of the job try 1 submitted.
+    assert reports["glue_after_persist"]["result"] == reports["glue_after_persist"]["stored"]
+    assert reports["redshift_after_persist"]["result"] == [
+        reports["redshift_after_persist"]["stored"]
+    ]
+
+    reports, jobs = under_scheduler(tmp_path / "off", provider_durable=False)
+    for task in TASKS:
+        report = reports[task]
+        assert report["try_number"] == 2, report
+        assert (report["mixin"], report["durable"]) == (PROVIDER_STANDIN, False), report
+        assert jobs[task] == 2, (task, jobs)  # upstream: every try submits anew
+
+
+@pytest.fixture(scope="module", params=[v for v in ("3.0", "3.1") if v in SELECTED] or ["none"])
+def provider_home(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> AirflowHome:
+    if request.param == "none":
+        pytest.skip("neither Airflow 3.0 nor 3.1 selected")
+    root = tmp_path_factory.mktemp(f"providers-{request.param}")
+    return AirflowHome(request.param, root, [DAG_FILE])
+
+
+def test_dags_test_provider_operators_resume_a_failed_try(
+    provider_home: AirflowHome, tmp_path: Path
+) -> None:
+    out = tmp_path / "out"
+    out.mkdir()
+    with running_aws(tmp_path) as aws:
+        provider_home.dags_test(
+            DAG_ID,
+            env={
+                "AIRFLOW_CONN_AWS_DEFAULT": aws.airflow_connection(),
+                "TS_PROVIDER_FAULT": "raise",
+                "VERSUS_OUT": str(out),
+                SETTING: "True",
+            },
+        )
+        jobs = by_task(aws.submissions())
+    reports = {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+    assert sorted(reports) == sorted(TASKS)
+    for task in TASKS:
+        assert reports[task]["try_number"] == 2, reports[task]
+        assert reports[task]["mixin"] == TASKSTATE_MIXIN
+        assert jobs[task] == 1, (task, jobs)
+
+
+def test_doctor_reports_the_setting_and_whether_it_is_active(airflow_home: AirflowHome) -> None:
+    """Active (checked in a fresh Airflow process) on 3.0–3.2; on 2.x inactive, and no
+    `airflow.sdk` is faked there."""
+    status, detail = airflow_home.doctor()["provider durable"]
+    assert (status, detail.startswith("off")) == ("ok", True), detail
+    status, detail = airflow_home.doctor(env={SETTING: "True"})["provider durable"]
+    if airflow_home.version.startswith("2."):
+        assert status == "warn" and "no airflow.sdk" in detail, detail
+        probe = airflow_home.python(
+            "-c", "import airflow, importlib.util; print(importlib.util.find_spec('airflow.sdk'))",
+            env={SETTING: "True"},
+        )  # fmt: skip
+        assert probe.stdout.strip().splitlines()[-1] == "None", probe.stdout + probe.stderr
+    else:
+        assert status == "ok" and "on and active" in detail, detail
