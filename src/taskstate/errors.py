@@ -96,6 +96,11 @@ class SchemaMissingError(BackendError):
     """The backend's tables are missing or outdated; run `taskstate db migrate`."""
 
 
+class NativeStoreMethodError(TaskStateError, AttributeError):
+    """On Airflow 3.3+ with `[state_store] taskstate_mode = native`, the task called a method
+    that only taskstate's accessors have (`getattr(store, name, None)` still returns None)."""
+
+
 class LostSubmissionError(TaskStateError, RuntimeError):
     """A try died between recording its intent to submit a job and saving the job's id, and
     the operator chose `on_lost_submission = "fail"`: a person must check the job system."""
