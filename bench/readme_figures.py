@@ -108,6 +108,7 @@ def headline() -> str:
         )
 
     clauses = []
+    counts: list[int] = []
     for label, a, b in (
         ("SQLite, both WAL with synchronous=FULL: Airflow's metadata DB vs taskstate's file "
          "at `?synchronous=full`", "A", "B-3.2-full"),
@@ -121,6 +122,9 @@ def headline() -> str:
             for op in ("set", "get")
             if (text := pair("scheduler", f"task {op}", a, b))
         ]
+        for side in (a, b) if parts else ():
+            entry = data["sides"][side]["workloads"]["scheduler"]["results"]
+            counts += [len(entry[f"task {op}"]) for op in ("set", "get")]
         if parts:
             clauses.append(f"{label} — " + ", ".join(parts))
     etl = pair("etl", "process_records, 10,000 checkpoints", "A", "B-3.2-full", "wall")
@@ -142,11 +146,13 @@ def headline() -> str:
             f"with try 1 SIGKILLed between submit and persist, Airflow 3.3.2's mixin created "
             f"{a_jobs:.2f} jobs per logical job where taskstate's created {b_jobs:.2f}"
         )
+    low, high = min(counts, default=0), max(counts, default=0)
+    reps = str(low) if low == high else f"{low}–{high}"
     done = "" if inv.get("finished") else "; **the run did not finish**, so some rows are missing"
     loads = [max(m.get("load1", 0), m.get("load1_end", 0)) for m in _measurements(data)]
     head = (
         f"Headline (run `{run_id}`, commit `{inv['commit']}`, 2 shared cores, load average "
-        f"median {statistics.median(loads):.1f}; medians of {inv['runs']} interleaved runs"
+        f"median {statistics.median(loads):.1f}; medians of {reps} interleaved repetitions"
         f"{done}; full tables in `bench/RESULTS.md`), per-op p50 under a real scheduler + "
         "LocalExecutor: "
     )

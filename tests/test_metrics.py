@@ -243,7 +243,12 @@ def test_every_metric_name_is_shorter_than_64_characters(
     store.asset_state(ASSET).compare_and_set("k", 1, 2)
     with pytest.raises(ValueError, match="longer than"):
         metrics.count("taskstate." + "x" * MAX_NAME)
-    assert all(len(name) <= MAX_NAME for name, _, _ in metrics._series)
+    with pytest.raises(ValueError, match="total_ms"):  # what a timer sends beside it counts
+        metrics.timing("taskstate." + "x" * (MAX_NAME - 15), 1.0)
+    metrics.flush()
+    sent = [line.partition(":")[0] for line in received(listener)]
+    assert len(sent) == 5
+    assert all(len(name.removeprefix("airflow.")) <= MAX_NAME for name in sent), sent
 
 
 def test_prometheus_text_parses(tmp_path: Path) -> None:

@@ -166,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
         "smoke": args.smoke,
         "max_load": args.max_load,
+        "repeat_loaded": args.repeat_loaded,
         "workloads": chosen,
         "sides": keys,
         "finished": None,

@@ -264,11 +264,17 @@ def render(
             + (" Rows marked ‡ come from an older run." if ctx.mixed and run_id != newest else "")
         )
     if loads:
+        extra = max((invocations.get(u, {}).get("repeat_loaded", 0) for u in used), default=0)
+        repeated = (
+            f"up to {extra} extra repetition(s) per workload and side were run for them"
+            if extra
+            else "no extra repetitions were run (`--repeat-loaded 0`)"
+        )
         lines.append(
             f"- Load (1-min average, at the start and end of each repetition): median "
             f"{statistics.median(loads):.1f}, range {loads[0]:.1f}–{loads[-1]:.1f}; {above} of "
-            f"{len(loads)} measurements ran above {max_load:.0f} (marked *; each got one "
-            "extra repetition, and a median is taken over the unmarked runs when there are any)."
+            f"{len(loads)} measurements ran above {max_load:.0f} (marked *); {repeated}; a "
+            "median is taken over the unmarked repetitions when there are any, else over all."
         )
     for key, side in ctx.sides.items():
         d = side.get("describe", {})

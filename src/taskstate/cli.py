@@ -26,6 +26,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 # Subcommands that live in their own package and are imported only when used.
 _LAZY = {
     "lint": "taskstate.lint.command:lint",
+    "migrate-to-airflow": "taskstate.airflow.commands:migrate_to_airflow",
+    "variables": "taskstate.airflow.commands:variables",
     "serve": "taskstate.api.serve:serve",
     "token": "taskstate.api.token_command:token",
 }
@@ -378,8 +380,19 @@ def asset_clear(name: str | None, uri: str | None) -> None:
     help="Rows per batch. Default: [state_store] state_cleanup_batch_size (0 = one).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
-def clean(dry_run: bool, batch_size: int | None, as_json: bool) -> None:
+@click.option(
+    "--airflow-offload",
+    is_flag=True,
+    help="Instead: Airflow 3.3+'s expired rows, then the unreferenced objects of "
+    "[workers] state_store_backend = taskstate.airflow.ObjectStorageStateBackend.",
+)
+def clean(dry_run: bool, batch_size: int | None, as_json: bool, airflow_offload: bool) -> None:
     """Delete expired task state (asset state never expires)."""
+    if airflow_offload:
+        from taskstate.airflow.commands import clean_airflow_offload
+
+        clean_airflow_offload(dry_run=dry_run, as_json=as_json)
+        return
     from rich.progress import Progress
 
     with Progress(transient=True, disable=as_json or dry_run) as progress:

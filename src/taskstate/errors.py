@@ -74,6 +74,15 @@ class BackendUnavailableError(BackendError, ConnectionError):
     """The storage server could not be reached after bounded retries."""
 
 
+class AccessDeniedError(BackendError, PermissionError):
+    """The taskstate server refused the credentials (401) or the scope (403)."""
+
+
+class StaleTryError(BackendError):
+    """The server refused a task-state write from a try that is no longer the running one
+    (fencing): a newer try of this task instance owns the state now; this one should stop."""
+
+
 class BackendBusyError(BackendError, TimeoutError):
     """Another process held the state database's write lock for longer than the busy timeout;
     the operation did nothing."""
@@ -85,6 +94,11 @@ class OffloadedValueMissingError(BackendError):
 
 class SchemaMissingError(BackendError):
     """The backend's tables are missing or outdated; run `taskstate db migrate`."""
+
+
+class NativeStoreMethodError(TaskStateError, AttributeError):
+    """On Airflow 3.3+ with `[state_store] taskstate_mode = native`, the task called a method
+    that only taskstate's accessors have (`getattr(store, name, None)` still returns None)."""
 
 
 class LostSubmissionError(TaskStateError, RuntimeError):

@@ -407,13 +407,15 @@ class Metrics:
 
     # -- recording ------------------------------------------------------------------------
     # A slot is [count, total], cumulative and never reset: callers add to it without a lock
-    # (under the GIL `slot[i] += x` on a list has no point where another thread runs), and
+    # (with CPython's GIL, `slot[i] += x` on a list of numbers calls nothing that could let
+    # another thread run in between), and
     # `drain` sends the difference from what it sent last.
 
     def slot(self, name: str, tags: Tags = (), kind: str = COUNTER) -> list[float]:
         """The running totals [count, total] of one metric, created on first use."""
-        if len(name) > MAX_NAME:
-            raise ValueError(f"metric name longer than {MAX_NAME} characters: {name!r}")
+        sent = name + ".total_ms" if kind == TIMER else name  # the longest name sent for it
+        if len(sent) > MAX_NAME:
+            raise ValueError(f"metric name longer than {MAX_NAME} characters: {sent!r}")
         key = (name, tags, kind)
         with self._lock:
             found = self._series.get(key)
@@ -626,7 +628,13 @@ def active_tracer() -> Any:
     provider = trace.get_tracer_provider()
     if isinstance(provider, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)):
         return None
-    return trace.get_tracer("taskstate")
+    global _tracer
+    if _tracer is None or _tracer[0] is not provider:  # a tracer per call costs microseconds
+        _tracer = (provider, provider.get_tracer("taskstate"))
+    return _tracer[1]
+
+
+_tracer: tuple[Any, Any] | None = None
 
 
 # -- the instrumented accessor classes --------------------------------------------------------

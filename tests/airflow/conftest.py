@@ -36,6 +36,21 @@ def airflow_home(
     yield AirflowHome(version, tmp_path_factory.mktemp(f"airflow-{version}"), DAG_FILES)
 
 
+def native() -> list[str]:
+    """The selected versions with Airflow's own store (3.3+)."""
+    return [v for v in versions() if tuple(map(int, v.split("."))) >= (3, 3)]
+
+
+@pytest.fixture(scope="session", params=native() or ["none"])
+def native_home(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[AirflowHome]:
+    """One Airflow 3.3+ home (SQLite) shared by every test of the native store."""
+    if request.param == "none":
+        pytest.skip("no Airflow 3.3+ selected")
+    yield AirflowHome(request.param, tmp_path_factory.mktemp(f"airflow-{request.param}"), DAG_FILES)
+
+
 @pytest.fixture(scope="session")
 def deployments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployments]:
     """Running Airflow deployments (api-server/webserver + scheduler + plugin), one per version,

@@ -4,25 +4,12 @@ against taskstate (the example DAGs, `from taskstate import NEVER_EXPIRE`) runs 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.airflow.conftest import DAG_FILES
-from tests.airflow.harness import AirflowHome, versions
+from tests.airflow.harness import AirflowHome
 
 pytestmark = pytest.mark.airflow
-
-NATIVE = [v for v in versions() if tuple(map(int, v.split("."))) >= (3, 3)]
-
-
-@pytest.fixture(scope="module", params=NATIVE or ["none"])
-def native_home(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[AirflowHome]:
-    if request.param == "none":
-        pytest.skip("no Airflow 3.3+ selected")
-    yield AirflowHome(request.param, tmp_path_factory.mktemp(f"airflow-{request.param}"), DAG_FILES)
 
 
 def test_native_store_in_charge_and_never_expire_equal(native_home: AirflowHome) -> None:

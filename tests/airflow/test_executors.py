@@ -8,7 +8,7 @@ import json
 import pytest
 from tests.airflow.harness import AirflowHome
 
-from taskstate.scope import task_prefix
+from taskstate import TaskScope
 
 pytestmark = pytest.mark.airflow
 
@@ -38,7 +38,11 @@ def test_doctor_reports_each_executor_and_exits_1_on_a_failed_check(
 
 
 def test_dags_test_is_not_refused_under_a_distributed_executor(airflow_home: AirflowHome) -> None:
-    with airflow_home.store() as store:  # the session's home: other tests ran this DAG before
-        store.backend.clear_prefix(task_prefix("etl_with_checkpoint"))
-    airflow_home.dags_test("etl_with_checkpoint", env={"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"})
-    assert airflow_home.task_states("etl_with_checkpoint", "process_records")
+    dag_id = "etl_with_checkpoint"
+    before = airflow_home.run_ids(dag_id)
+    env = {"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"}
+    airflow_home.dags_test(dag_id, "2025-03-03", env=env)
+    (run_id,) = airflow_home.run_ids(dag_id) - before
+    with airflow_home.store() as store:
+        state = store.task_state(TaskScope(dag_id, run_id, "process_records"))
+        assert state.get("last_cursor") == 20

@@ -1,7 +1,9 @@
 """The Airflow integration. Importing this package does not import Airflow.
 
-What a DAG author may use from here: `keep_state_on_clear`. Everything else is wired in by the
-cluster policy (`taskstate.airflow.policy`, entry point group `airflow.policy`).
+What a DAG author may use from here: `keep_state_on_clear`; a deployment on Airflow 3.3+:
+`ObjectStorageStateBackend` (`[workers] state_store_backend`, loaded on first use). Everything
+else is wired in by the cluster policy (`taskstate.airflow.policy`, entry point group
+`airflow.policy`).
 """
 
 from __future__ import annotations
@@ -26,4 +28,13 @@ def keep_state_on_clear(*tasks: Any) -> None:
         setattr(operator, KEEP_STATE_ATTR, True)
 
 
-__all__ = ["KEEP_STATE_ATTR", "keep_state_on_clear"]
+def __getattr__(name: str) -> Any:
+    # Lazy, so `import taskstate.airflow` (the policy's import) does not load fsspec.
+    if name == "ObjectStorageStateBackend":
+        from taskstate.airflow.objectstore import ObjectStorageStateBackend
+
+        return ObjectStorageStateBackend
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+__all__ = ["KEEP_STATE_ATTR", "ObjectStorageStateBackend", "keep_state_on_clear"]

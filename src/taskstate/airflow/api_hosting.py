@@ -48,4 +48,8 @@ def asset_by_id(asset_id: int) -> AssetScope | None:
 
 
 def airflow_hosting() -> Hosting:
-    return Hosting(task_instance_exists=task_instance_exists, asset_by_id=asset_by_id)
+    from taskstate.airflow.fencing import running_try
+
+    return Hosting(
+        task_instance_exists=task_instance_exists, asset_by_id=asset_by_id, running_try=running_try
+    )

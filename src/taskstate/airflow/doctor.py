@@ -16,7 +16,11 @@ from taskstate.airflow.executors import (
     uses_default_sqlite,
 )
 from taskstate.airflow.serving import doctor_check as api_doctor_check
-from taskstate.airflow.versions import airflow_version, native_store_active
+from taskstate.airflow.versions import (
+    airflow_version,
+    native_store_active,
+    native_store_available,
+)
 from taskstate.backends import resolve_url
 from taskstate.errors import TaskStateError
 from taskstate.settings import Settings, setting
@@ -34,16 +38,51 @@ def report() -> list[Check]:
             (
                 "state store in charge",
                 "ok",
-                "Airflow's own (AIP-103, 3.3+); taskstate does not inject, and DAG code "
-                "calling taskstate-only methods (update, compare_and_set) fails on it",
+                "Airflow's own (AIP-103, 3.3+; [state_store] taskstate_mode = native): taskstate "
+                "does not inject, and a call to a taskstate-only method (update, "
+                "compare_and_set) fails with an error naming it",
             )
         )
+        checks.append(_unmigrated())
         return checks
-    checks.append(("state store in charge", "ok", "taskstate (injected into every task)"))
+    if native_store_available():
+        checks.append(
+            (
+                "state store in charge",
+                "ok",
+                "taskstate ([state_store] taskstate_mode = taskstate on Airflow 3.3+): injected "
+                "in place of Airflow's accessors; Airflow's own state tab shows its native "
+                "store, which stays empty",
+            )
+        )
+    else:
+        checks.append(("state store in charge", "ok", "taskstate (injected into every task)"))
     checks.append(_injection())
     checks.append(_provider_durable(version))
     checks.extend(_executor())
     return checks
+
+
+def _unmigrated() -> Check:
+    try:
+        from taskstate.airflow.migrate import open_existing_store, unmigrated_dags
+
+        store = open_existing_store()
+        if store is None:
+            return ("unmigrated state", "ok", "taskstate's store does not exist here")
+        with store:
+            dags = unmigrated_dags(store)
+    except Exception as exc:  # doctor reports every failure instead of stopping at one
+        return ("unmigrated state", "warn", f"cannot read taskstate's store: {exc}")
+    if not dags:
+        return ("unmigrated state", "ok", "no taskstate state left to migrate")
+    listed = ", ".join(f"{dag} ({n} task instances)" for dag, n in sorted(dags.items()))
+    return (
+        "unmigrated state",
+        "warn",
+        f"taskstate's store holds state never copied into Airflow's: {listed}; tasks now read "
+        "Airflow's store. Run `taskstate migrate-to-airflow` (see docs/upgrade.md)",
+    )
 
 
 def _injection() -> Check:

@@ -21,7 +21,7 @@ from taskstate.airflow.attempts import (
     input_fingerprint,
     rerun_reason,
 )
-from taskstate.airflow.executors import check_task_store
+from taskstate.airflow.worker import prepare_task_store
 from taskstate.errors import BackendError, ConfigError
 from taskstate.scope import TaskScope
 from taskstate.store import StateStore, task_writer
@@ -77,7 +77,7 @@ class InjectState:
         task = context["task"]
         try:
             store = process_store()
-            check_task_store(context, store.settings)
+            prepare_task_store(context, store)
             state = store.task_state(task_scope(context["ti"]))
             reason = self._start_over_reason(store, state.scope, context)
             if reason is not None:

@@ -3,11 +3,7 @@
 Airflow applies `task_policy` to each task whenever a DAG file is parsed — by the DAG
 processor, by `dags test` / `tasks test`, and by the worker process that runs the task — so
 the callbacks below are in place wherever a task executes. On Airflow 3.3+ Airflow's own store
-is in charge and this policy does nothing.
-
-Airflow loads this module inside `import airflow`, before any DAG file or provider module, in
-every Airflow process: the one place early enough for `[state_store]
-taskstate_provider_durable` (`taskstate.airflow.providers`), installed on import below.
+from taskstate.airflow import KEEP_STATE_ATTR, native, providers
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ from typing import Any
 
 from airflow.policies import hookimpl
 
-from taskstate.airflow import KEEP_STATE_ATTR, providers
+from taskstate.airflow import KEEP_STATE_ATTR, native, providers
 from taskstate.airflow.inject import ClearOnSuccess, InjectState
 from taskstate.airflow.versions import native_store_active
 
@@ -26,29 +22,31 @@ providers.install()
 @hookimpl  # type: ignore[untyped-decorator]  # pluggy's marker, untyped in Airflow
 def task_policy(task: Any) -> None:
     if native_store_active():
+        native.guard_native_accessors()
+        add_callback(task, "on_execute_callback", native.WarnUnmigrated())
         return
     attach(task)
 
 
 def attach(task: Any) -> None:
-    partial_kwargs: dict[str, Any] | None = getattr(task, "partial_kwargs", None)
     expanded: tuple[str, ...] | None = None
-    if (
-        partial_kwargs is not None
-    ):  # callbacks go to partial_kwargs, whence each unmapped copy gets them
+    if getattr(task, "partial_kwargs", None) is not None:  # a mapped task
         spec = task._get_specified_expand_input().value
         expanded = tuple(spec) if isinstance(spec, dict) else None
     inject = InjectState(
         keep_state_on_clear=bool(getattr(task, KEEP_STATE_ATTR, False)), expanded=expanded
     )
-    for name, callback, first in (
-        ("on_execute_callback", inject, True),
-        ("on_success_callback", ClearOnSuccess(), False),
-    ):
-        if partial_kwargs is not None:
-            partial_kwargs[name] = _with(partial_kwargs.get(name), callback, first=first)
-        else:
-            setattr(task, name, _with(getattr(task, name, None), callback, first=first))
+    add_callback(task, "on_execute_callback", inject, first=True)
+    add_callback(task, "on_success_callback", ClearOnSuccess())
+
+
+def add_callback(task: Any, name: str, callback: Any, *, first: bool = False) -> None:
+    partial_kwargs: dict[str, Any] | None = getattr(task, "partial_kwargs", None)
+    if partial_kwargs is not None:
+        # A mapped task: callbacks go to partial_kwargs, whence each unmapped copy gets them.
+        partial_kwargs[name] = _with(partial_kwargs.get(name), callback, first=first)
+    else:
+        setattr(task, name, _with(getattr(task, name, None), callback, first=first))
 
 
 def _with(existing: Any, callback: Any, *, first: bool = False) -> list[Any]:

@@ -6,6 +6,8 @@ import importlib.metadata
 import re
 from functools import lru_cache
 
+from taskstate.settings import Settings
+
 # Airflow 3.3 ships its own task/asset state store (AIP-103); from there on it is in charge.
 NATIVE_STORE_SINCE = (3, 3)
 
@@ -29,7 +31,19 @@ def version_tuple(version: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
-def native_store_active() -> bool:
-    """True on Airflow 3.3+, whose own `task_state_store` must not be shadowed."""
+def native_store_available() -> bool:
+    """True on Airflow 3.3+, which ships its own `task_state_store`."""
     version = airflow_version()
     return version is not None and version_tuple(version) >= NATIVE_STORE_SINCE
+
+
+def native_store_active() -> bool:
+    """True when Airflow's own store is in charge: Airflow 3.3+ with `[state_store]
+    taskstate_mode = native` (the default). `taskstate` keeps injecting ours on 3.3+ too."""
+    return native_store_available() and taskstate_mode() == "native"
+
+
+@lru_cache(maxsize=1)
+def taskstate_mode() -> str:
+    """`[state_store] taskstate_mode`, read once per process (the policy asks for every task)."""
+    return Settings.load().taskstate_mode

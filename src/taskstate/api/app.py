@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import re
 
-from fastapi import FastAPI, HTTPException
+from fastapi import Depends, FastAPI, HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import taskstate
@@ -21,6 +21,7 @@ from taskstate.api import (
     routes_discovery,
     routes_metrics,
     routes_task,
+    routes_worker,
 )
 from taskstate.api.auth import Auth
 from taskstate.api.context import AppContext, Hosting, max_page_limit
@@ -44,7 +45,8 @@ def create_app(store: StateStore, auth: Auth, *, hosting: Hosting | None = None)
     errors.install(app)
     app.add_middleware(BodyLimit, limit=ctx.body_limit)
     app.add_middleware(routes_metrics.RequestMetrics, metrics=store.metrics)
-    app.include_router(routes_task.router)
+    app.include_router(routes_task.router, dependencies=[Depends(routes_worker.fence)])
+    app.include_router(routes_worker.router)
     app.include_router(routes_asset.by_query)
     if ctx.hosting.asset_by_id is not None:
         app.include_router(routes_asset.by_id)

@@ -26,10 +26,13 @@ class Hosting:
     `task_instance_exists(dag_id, run_id, task_id, map_index)` (map_index None: any index)
     makes writes to a task instance that does not exist 404, as in Airflow 3.3.
     `asset_by_id(asset_id)` serves Airflow's `/assets/{asset_id}/state-store` routes.
+    `running_try(dag_id, run_id, task_id, map_index)` (the running try's number, else None)
+    fences task-state writes made with task-instance tokens (`taskstate.api.routes_worker`).
     """
 
     task_instance_exists: Callable[[str, str, str, int | None], bool] | None = None
     asset_by_id: Callable[[int], AssetScope | None] | None = None
+    running_try: Callable[[str, str, str, int], int | None] | None = None
 
 
 @dataclass
@@ -54,13 +57,15 @@ def max_page_limit() -> int:
         return 100
 
 
-def context(request: Request) -> AppContext:
+async def context(request: Request) -> AppContext:
+    # async: no I/O here, and a sync dependency would cost a thread-pool hop per request
     ctx: AppContext = request.app.state.taskstate
     return ctx
 
 
 async def caller(request: Request) -> Principal:
-    return await context(request).auth(request)
+    ctx: AppContext = request.app.state.taskstate
+    return await ctx.auth(request)
 
 
 Ctx = Annotated[AppContext, Depends(context)]

@@ -18,9 +18,11 @@ _SCHEMES = {
     "sqlite": "taskstate.backends.sqlite:SQLiteBackend",
     "postgresql": "taskstate.backends.postgres:PostgresBackend",
     "postgres": "taskstate.backends.postgres:PostgresBackend",
+    "http": "taskstate.backends.http:HttpBackend",
+    "https": "taskstate.backends.http:HttpBackend",
 }
 # The extra that installs a backend's driver, named when the driver is missing.
-_EXTRAS = {"postgresql": "postgres", "postgres": "postgres"}
+_EXTRAS = {"postgresql": "postgres", "postgres": "postgres", "http": "http", "https": "http"}
 
 
 def resolve_url(settings: Settings) -> str:
@@ -45,8 +47,8 @@ def open_backend(url: str | None, settings: Settings) -> StateBackend:
     if target is None:
         raise ConfigError(
             f"no taskstate backend for {scheme or 'this'} URLs ({redact_url(url)!r}); use "
-            "sqlite:///path.db "
-            "or postgresql://user:pass@host/db in [state_store] taskstate_url"
+            "sqlite:///path.db, postgresql://user:pass@host/db or http(s)://host:port/taskstate "
+            "in [state_store] taskstate_url"
         )
     module, _, name = target.partition(":")
     try:

@@ -296,6 +296,17 @@
       assetRows.length ? table("Assets with state", ["Asset", "Keys"], assetRows) : h("p", { class: "ts-empty" }, "No asset state yet."));
   }
 
+  async function assetsView() {
+    const offset = Number(params.get("offset") || 0);
+    const assets = await getJson("assets", { limit: PAGE_SIZE, offset });
+    const rows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), a.keys]);
+    show(
+      crumbs([["State", href({})], ["Assets"]]),
+      h("h1", {}, "Assets with state"), status, alertBox,
+      rows.length ? table("Assets with state", ["Asset", "Keys"], rows) : h("p", { class: "ts-empty" }, "No asset state yet."),
+      pager(assets.total_entries, offset, (o) => { location.search = href({ view: "assets", offset: o }); }));
+  }
+
   async function runsView(dagId) {
     const offset = Number(params.get("offset") || 0);
     const runs = await getJson(`dags/${keyPath(dagId)}/dagRuns`, { limit: PAGE_SIZE, offset });
@@ -503,6 +514,7 @@
     else if (dagId && runId && taskId) await taskView(dagId, runId, taskId);
     else if (dagId && runId) await taskInstancesView(dagId, runId);
     else if (dagId) await runsView(dagId);
+    else if ((params.get("view") || cfg.view) === "assets") await assetsView();
     else await homeView();
   }
 

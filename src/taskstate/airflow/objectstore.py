@@ -1,0 +1,303 @@
+"""`ObjectStorageStateBackend`: taskstate's object-storage offloading as Airflow 3.3+'s native
+`[workers] state_store_backend`, and its cleanup (`taskstate clean --airflow-offload`).
+
+Airflow's worker accessors call it (airflow/sdk/execution_time/context.py): `set` stores the value
+through `serialize_*_to_ref` and writes `{"__airflow_state_ref__": ref}` to its database; `get`
+follows the reference; `delete`/`clear` remove the row first, then call `delete(scope, key)` /
+`clear(scope)` here. Airflow asks for references that are deterministic per (scope, key) so
+that `delete`/`clear` can find the objects without the row. Taken literally (one object per
+key, overwritten in place) that loses data when a `set` races a `delete` of the same key: the
+deleter removes the row, the setter rewrites the object and commits its row, the deleter
+removes the object — a committed row now points at nothing (taskstate's own offload backend
+had the same race, issue 11). So:
+
+- every write is a new object, `<sha(scope)>/<sha(key)>/<uuid>`: deterministic per (scope, key)
+  down to the folder, which is all `delete`/`clear` need, and never overwritten, so no write
+  can change what another committed row references;
+- `delete`/`clear` remove only objects of that key (scope) older than the grace period
+  (`keep_versions_s`, default an hour): a row committed since the deleter removed its row
+  references an object written within the last moments, which stays;
+- everything else — superseded versions, objects of rows deleted through Airflow's REST API or
+  UI (which never call a worker backend), objects of expired rows — is removed by
+  `taskstate clean --airflow-offload`: Airflow's own cleanup deletes the expired rows first,
+  then every object no row references, past the same grace period, goes.
+
+Configuration is taskstate's offload settings (Airflow builds the backend with no arguments):
+`[state_store] taskstate_offload_url`, `taskstate_offload_compression`,
+`taskstate_offload_storage_options`. Values follow taskstate's value rules (nested NaN, tuples,
+... are refused with the path), since this is the one place the worker sees the value.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gzip
+import hashlib
+import json
+import math
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from taskstate.errors import BackendError, ConfigError
+from taskstate.scope import AssetScope, TaskScope
+from taskstate.settings import Settings
+from taskstate.values import decode_value, encode_value
+
+REF_KEY = "__airflow_state_ref__"  # Airflow's wrapper around a worker backend's reference
+_REF = re.compile(r"[0-9a-f]{32}/[0-9a-f]{32}/[0-9a-f]{32}")
+_GZIP_MAGIC = b"\x1f\x8b"  # JSON text never starts with these bytes
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def _namespace(scope: Any) -> str:
+    """Airflow's TaskScope / AssetScope (worker side: no asset_id) as taskstate's namespace."""
+    if hasattr(scope, "task_id"):
+        map_index = scope.map_index if scope.map_index is not None else -1
+        return TaskScope(scope.dag_id, scope.run_id, scope.task_id, map_index).namespace
+    return AssetScope(name=scope.name or None, uri=scope.uri or None).namespace
+
+
+class ObjectStorageStateBackend:
+    """Values in object storage (any fsspec URL), references in Airflow 3.3's database.
+
+    `[workers] state_store_backend = taskstate.airflow.ObjectStorageStateBackend`
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        compression: str | None = None,
+        storage_options: dict[str, Any] | None = None,
+        keep_versions_s: float = 3600.0,
+    ) -> None:
+        if url is None or compression is None or storage_options is None:
+            settings = Settings.load()
+            url = url or settings.offload_url
+            compression = compression or settings.offload_compression
+            if storage_options is None:
+                storage_options = _options(settings.offload_storage_options)
+        if not url:
+            raise ConfigError(
+                "[workers] state_store_backend is taskstate.airflow.ObjectStorageStateBackend "
+                "but [state_store] taskstate_offload_url is not set; set it to e.g. "
+                "s3://bucket/airflow-state or file:///shared/state"
+            )
+        try:
+            import fsspec.core
+            from fsspec.implementations.local import LocalFileSystem
+        except ImportError:
+            raise ConfigError(
+                "ObjectStorageStateBackend needs fsspec: pip install 'taskstate[offload]' "
+                "(or 'taskstate[s3]' for s3:// URLs)"
+            ) from None
+        try:
+            self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
+        except (ImportError, ValueError) as exc:
+            raise ConfigError(
+                f"[state_store] taskstate_offload_url = {url!r} cannot be opened: {exc}"
+            ) from None
+        self.url = url
+        self.root = root.rstrip("/")
+        self.compression = compression
+        self.keep_versions_s = keep_versions_s
+        self._local = isinstance(self.fs, LocalFileSystem)
+
+    def __repr__(self) -> str:
+        return f"ObjectStorageStateBackend({self.url!r})"
+
+    # -- Airflow's worker-backend contract ---------------------------------------------------
+
+    def serialize_task_state_store_to_ref(self, *, value: Any, key: str, scope: Any) -> str:
+        return self._put(_namespace(scope), key, value)
+
+    def serialize_asset_state_store_to_ref(self, *, value: Any, key: str, scope: Any) -> str:
+        return self._put(_namespace(scope), key, value)
+
+    def deserialize_task_state_store_from_ref(self, stored: str) -> Any:
+        return decode_value(self._read(stored))
+
+    def deserialize_asset_state_store_from_ref(self, stored: str) -> Any:
+        return decode_value(self._read(stored))
+
+    def delete(self, scope: Any, key: str, *, session: Any = None) -> None:
+        self._remove_old(f"{self.root}/{_digest(_namespace(scope))}/{_digest(key)}")
+
+    def clear(self, scope: Any, *, all_map_indices: bool = False, session: Any = None) -> None:
+        # Airflow's workers clear their own map index only; all_map_indices is for its UI/CLI,
+        # whose objects the sweep collects.
+        self._remove_old(f"{self.root}/{_digest(_namespace(scope))}")
+
+    async def adelete(self, scope: Any, key: str, *, session: Any = None) -> None:
+        await asyncio.to_thread(self.delete, scope, key)
+
+    async def aclear(
+        self, scope: Any, *, all_map_indices: bool = False, session: Any = None
+    ) -> None:
+        await asyncio.to_thread(self.clear, scope)
+
+    # -- storage ----------------------------------------------------------------------------
+
+    def _put(self, namespace: str, key: str, value: Any) -> str:
+        data = encode_value(value).encode("utf-8")
+        ref = f"{_digest(namespace)}/{_digest(key)}/{uuid.uuid4().hex}"
+        if self.compression == "gzip":
+            data = gzip.compress(data, compresslevel=6, mtime=0)
+        path = f"{self.root}/{ref}"
+        try:
+            if self._local:
+                self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
+            self.fs.pipe_file(path, data)  # a new name: no reader can see it half-written
+        except OSError as exc:
+            raise BackendError(f"cannot write the state value to {self.url}: {exc}") from exc
+        return ref
+
+    def _read(self, ref: str) -> str:
+        if not _REF.fullmatch(ref):
+            raise BackendError(f"not an ObjectStorageStateBackend reference: {ref!r}")
+        try:
+            data: bytes = self.fs.cat_file(f"{self.root}/{ref}")
+        except FileNotFoundError:
+            raise BackendError(
+                f"the state value {ref} is missing from {self.url}: it was deleted outside "
+                "taskstate, or [state_store] taskstate_offload_url changed"
+            ) from None
+        except OSError as exc:
+            raise BackendError(f"cannot read the state value from {self.url}: {exc}") from exc
+        if data[:2] == _GZIP_MAGIC:
+            data = gzip.decompress(data)
+        return data.decode("utf-8")
+
+    def objects(self, under: str | None = None) -> list[tuple[str, float]]:
+        """(ref, modified time) of every object under `under` (default: all); unknown = now."""
+        base = under or self.root
+        with contextlib.suppress(AttributeError):
+            self.fs.invalidate_cache(base)  # object-store listings are cached
+        try:
+            found: dict[str, dict[str, Any]] = self.fs.find(base, detail=True)
+        except FileNotFoundError:
+            return []
+        now = time.time()
+        start = len(self.root) + 1
+        return [(path.rstrip("/")[start:], _modified(info, now)) for path, info in found.items()]
+
+    def cutoff(self) -> float:
+        """Objects modified before this are past the grace period. Taken when an operation
+        starts, so a stall inside it (listing a large prefix) cannot age a new object into it."""
+        return time.time() - self.keep_versions_s
+
+    def _remove_old(self, under: str) -> None:
+        cutoff = self.cutoff()
+        self.remove([ref for ref, modified in self.objects(under) if modified < cutoff])
+
+    def remove(self, refs: list[str]) -> None:
+        if refs:
+            with contextlib.suppress(FileNotFoundError):  # another cleaner got there first
+                self.fs.rm([f"{self.root}/{ref}" for ref in refs])
+
+
+def _options(raw: str | None) -> dict[str, Any]:
+    if not raw:
+        return {}
+    try:
+        options = json.loads(raw)
+    except json.JSONDecodeError:
+        options = None
+    if not isinstance(options, dict):
+        raise ConfigError(
+            f"[state_store] taskstate_offload_storage_options must be a JSON object, got {raw!r}"
+        )
+    return options
+
+
+def _modified(info: dict[str, Any], now: float) -> float:
+    stamp = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
+    if isinstance(stamp, datetime):
+        return stamp.timestamp()
+    try:
+        value = float(stamp) if stamp is not None else math.nan
+    except (TypeError, ValueError):
+        value = math.nan
+    return now if math.isnan(value) else value
+
+
+# -- taskstate clean --airflow-offload ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    objects: int  # listed
+    removed: int  # (dry run: would remove) unreferenced and older than the grace period
+    kept_young: int  # unreferenced but younger: a write may be in flight
+
+
+def _live_refs() -> set[str]:
+    """The references Airflow's live task rows and its asset rows hold (read through its ORM).
+
+    An expired task row counts as gone, as everywhere in taskstate (`sweep` has Airflow's
+    cleanup delete them first; a dry run counts their objects as what it would remove).
+    """
+    from airflow._shared.timezones import timezone
+    from airflow.models.asset_state_store import AssetStateStoreModel
+    from airflow.models.task_state_store import TaskStateStoreModel
+    from airflow.utils.session import create_session
+
+    now = timezone.utcnow()
+    task_live = TaskStateStoreModel.expires_at.is_(None) | (TaskStateStoreModel.expires_at >= now)
+    refs: set[str] = set()
+    with create_session() as session:
+        for model, live in ((TaskStateStoreModel, task_live), (AssetStateStoreModel, True)):
+            rows = session.query(model.value).filter(model.value.contains(REF_KEY), live)
+            for (text,) in rows.yield_per(1000):
+                with contextlib.suppress(ValueError):
+                    value = json.loads(text)
+                    if isinstance(value, dict) and isinstance(value.get(REF_KEY), str):
+                        refs.add(value[REF_KEY])
+    return refs
+
+
+def sweep(backend: ObjectStorageStateBackend, *, dry_run: bool = False) -> SweepResult:
+    """Expired rows out (Airflow's own cleanup), then objects no row references, past grace."""
+    from airflow.state import get_state_backend
+
+    cutoff = backend.cutoff()
+    if not dry_run:
+        get_state_backend().cleanup()  # Airflow's retention: `expires_at < now` task rows
+    listed = backend.objects()  # listed before the refs are read: a newer object is young
+    live = _live_refs()
+    unreferenced = [(ref, modified) for ref, modified in listed if ref not in live]
+    old = [ref for ref, modified in unreferenced if modified < cutoff]
+    if not dry_run:
+        backend.remove(old)
+    return SweepResult(
+        objects=len(listed),
+        removed=len(old),
+        kept_young=len(unreferenced) - len(old),
+    )
+
+
+def clean_airflow_offload(*, dry_run: bool = False) -> SweepResult:
+    """`taskstate clean --airflow-offload`: the configured ObjectStorageStateBackend, swept."""
+    from taskstate.airflow.versions import native_store_available
+    from taskstate.settings import airflow_option
+
+    if not native_store_available():
+        raise ConfigError(
+            "--airflow-offload cleans Airflow 3.3+'s [workers] state_store_backend; run it "
+            "where Airflow 3.3+ is installed"
+        )
+    configured = airflow_option("workers", "state_store_backend") or ""
+    if configured.rpartition(".")[2] != ObjectStorageStateBackend.__name__:
+        raise ConfigError(
+            f"[workers] state_store_backend is {configured or 'unset'}, not "
+            "taskstate.airflow.ObjectStorageStateBackend: nothing of taskstate's to clean"
+        )
+    return sweep(ObjectStorageStateBackend(), dry_run=dry_run)
