@@ -6,6 +6,7 @@ One deployment per version (tests/airflow/deployment.py), shared with the API te
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from urllib.parse import quote
 
@@ -52,9 +53,13 @@ def signed_in(browser: Browser, deployment: Deployment, user: str) -> BrowserCon
     context = browser.new_context(viewport=DESKTOP, base_url=deployment.base_url)
     context.set_default_timeout(30_000)
     page = context.new_page()
-    if deployment.major >= 3:  # the token Airflow's sign-in page sets, as its cookie
-        token = deployment.credentials(user)["Authorization"].removeprefix("Bearer ")
-        context.add_cookies([{"name": "_token", "value": token, "url": deployment.base_url}])
+    if deployment.major >= 3:  # the simple auth manager's sign-in page, which sets `_token`
+        page.goto("/auth/login")
+        page.get_by_label("Username").fill(user)
+        page.get_by_label("Password").fill(USERS[user])
+        page.get_by_role("button", name=re.compile("sign in|log ?in", re.IGNORECASE)).click()
+        page.wait_for_url(lambda url: "/auth/login" not in url)
+        assert any(cookie["name"] == "_token" for cookie in context.cookies())
     else:  # Flask AppBuilder's sign-in form
         page.goto("/login/")
         page.locator("#username").fill(user)

@@ -265,8 +265,9 @@
     if (cfg.login) {
       const inFrame = window.self !== window.top;
       parts.push(inFrame
+        // Airflow's sandboxed iframe allows neither popups nor navigating the top page.
         ? h("p", {}, "Your Airflow session has ended or does not reach this tab: reload the Airflow page to sign in again, or open ",
-          h("a", { href: location.href, target: "_blank", rel: "noopener" }, "this page on its own"), ".")
+          h("code", {}, location.href), " on its own.")
         : h("p", {}, h("a", { href: `${new URL(cfg.login, location.href)}?next=${encodeURIComponent(location.href)}` }, "Sign in to Airflow"), ", then come back."));
     }
     parts.push(h("form", { class: "ts-login", onsubmit: (event) => {
