@@ -15,7 +15,7 @@ import shlex
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,80 +38,105 @@ AIRFLOW_METASTORE_BACKENDS = frozenset(
 )
 
 
-def _int(option: str, minimum: int) -> Callable[[str], int]:
-    def parse(raw: str) -> int:
+# A parser gets the option's label ("[section] option") for its errors, and the raw text.
+Parser = Callable[[str, str], Any]
+
+
+def _int(minimum: int) -> Parser:
+    def parse(label: str, raw: str) -> int:
         try:
             value = int(raw.strip())
         except ValueError:
-            raise ConfigError(f"{option} must be a whole number, got {raw!r}") from None
+            raise ConfigError(f"{label} must be a whole number, got {raw!r}") from None
         if value < minimum:
-            raise ConfigError(f"{option} must be >= {minimum}, got {value}")
+            raise ConfigError(f"{label} must be >= {minimum}, got {value}")
         return value
 
     return parse
 
 
-def _bool(option: str) -> Callable[[str], bool]:
-    def parse(raw: str) -> bool:
-        text = raw.strip().lower()
-        if text in ("true", "t", "1", "yes", "on"):
-            return True
-        if text in ("false", "f", "0", "no", "off", ""):
-            return False
-        raise ConfigError(f"{option} must be True or False, got {raw!r}")
-
-    return parse
+def _bool(label: str, raw: str) -> bool:
+    text = raw.strip().lower()
+    if text in ("true", "t", "1", "yes", "on"):
+        return True
+    if text in ("false", "f", "0", "no", "off", ""):
+        return False
+    raise ConfigError(f"{label} must be True or False, got {raw!r}")
 
 
-def _text(raw: str) -> str | None:
+def _text(label: str, raw: str) -> str | None:
     return raw.strip() or None
 
 
-def _optional(parse: Callable[[str], int]) -> Callable[[str], int | None]:
+def _optional(parse: Parser) -> Parser:
     """Empty means unset (None)."""
-    return lambda raw: parse(raw) if raw.strip() else None
+    return lambda label, raw: parse(label, raw) if raw.strip() else None
 
 
-def _choice(option: str, choices: tuple[str, ...]) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
+def _choice(*choices: str) -> Parser:
+    def parse(label: str, raw: str) -> str:
         value = raw.strip().lower() or choices[0]
         if value not in choices:
-            raise ConfigError(f"{option} must be one of {', '.join(choices)}, got {raw!r}")
+            raise ConfigError(f"{label} must be one of {', '.join(choices)}, got {raw!r}")
         return value
 
     return parse
+
+
+def _option(
+    section: str, option: str, parse: Parser = _text, *, default: Any = None, json: bool = False
+) -> Any:
+    """A `Settings` field read from `[section] option`; `json`: a JSON object whose entries may
+    be credentials (redacted when shown)."""
+    return field(default=default, metadata={"option": (section, option, parse), "json": json})
 
 
 @dataclass(frozen=True)
 class Settings:
-    """Every option taskstate reads; `_OPTIONS` below names the (section, option) of each field
-    and how its text is parsed."""
+    """Every option taskstate reads, each declared once: its field names the (section, option)
+    it comes from and how its text is parsed."""
 
-    backend: str | None = None
-    taskstate_url: str | None = None
-    default_retention_days: int = 30
-    state_cleanup_batch_size: int = 0
-    clear_on_success: bool = False
-    max_value_storage_bytes: int = 65535
-    worker_backend: str | None = None
-    sql_alchemy_conn: str | None = None
-    offload_url: str | None = None
-    offload_threshold: int | None = None
-    offload_compression: str = "none"
-    offload_storage_options: str | None = None
-    taskstate_mode: str = "native"
-    provider_durable: bool = False
+    backend: str | None = _option("state_store", "backend")
+    taskstate_url: str | None = _option("state_store", "taskstate_url")
+    default_retention_days: int = _option(
+        "state_store", "default_retention_days", _int(0), default=30
+    )
+    state_cleanup_batch_size: int = _option(
+        "state_store", "state_cleanup_batch_size", _int(0), default=0
+    )
+    clear_on_success: bool = _option("state_store", "clear_on_success", _bool, default=False)
+    max_value_storage_bytes: int = _option(
+        "state_store", "max_value_storage_bytes", _int(0), default=65535
+    )
+    worker_backend: str | None = _option("workers", "state_store_backend")
+    sql_alchemy_conn: str | None = _option("database", "sql_alchemy_conn")
+    offload_url: str | None = _option("state_store", "taskstate_offload_url")
+    offload_threshold: int | None = _option(
+        "state_store", "taskstate_offload_threshold", _optional(_int(0))
+    )
+    offload_compression: str = _option(
+        "state_store", "taskstate_offload_compression", _choice("none", "gzip"), default="none"
+    )
+    offload_storage_options: str | None = _option(
+        "state_store", "taskstate_offload_storage_options", json=True
+    )
+    # Airflow 3.3+ only: whose accessors tasks get (taskstate.airflow.versions).
+    taskstate_mode: str = _option(
+        "state_store", "taskstate_mode", _choice("native", "taskstate"), default="native"
+    )
+    provider_durable: bool = _option(
+        "state_store", "taskstate_provider_durable", _bool, default=False
+    )
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if environ is None else environ
         lookup = _airflow_lookup() or _file_lookup(env)
         values: dict[str, Any] = {}
-        for field in fields(cls):
-            section, option, parse = _OPTIONS[field.name]
-            raw = _raw(env, lookup, section, option)
+        for spec in fields(cls):
+            raw = _raw(env, lookup, *spec.metadata["option"][:2])
             if raw is not None:
-                values[field.name] = parse(raw)
+                values[spec.name] = _parse(spec, raw)
         return cls(**values)
 
     @property
@@ -121,12 +146,11 @@ class Settings:
     def redacted(self) -> dict[str, Any]:
         """Every option as it may be shown: URLs and storage options without their secrets."""
         shown: dict[str, Any] = {}
-        for field in fields(self):
-            value = getattr(self, field.name)
+        for spec in fields(self):
+            value = getattr(self, spec.name)
             if isinstance(value, str):
-                hide = redact_json_options if field.name in _JSON_OPTIONS else redact_url
-                value = hide(value)
-            shown[field.name] = value
+                value = (redact_json_options if spec.metadata["json"] else redact_url)(value)
+            shown[spec.name] = value
         return shown
 
     def __repr__(self) -> str:
@@ -134,58 +158,10 @@ class Settings:
         return f"Settings({shown})"
 
 
-_OPTIONS: dict[str, tuple[str, str, Callable[[str], Any]]] = {
-    "backend": ("state_store", "backend", _text),
-    "taskstate_url": ("state_store", "taskstate_url", _text),
-    "default_retention_days": (
-        "state_store",
-        "default_retention_days",
-        _int("[state_store] default_retention_days", 0),
-    ),
-    "state_cleanup_batch_size": (
-        "state_store",
-        "state_cleanup_batch_size",
-        _int("[state_store] state_cleanup_batch_size", 0),
-    ),
-    "clear_on_success": (
-        "state_store",
-        "clear_on_success",
-        _bool("[state_store] clear_on_success"),
-    ),
-    "max_value_storage_bytes": (
-        "state_store",
-        "max_value_storage_bytes",
-        _int("[state_store] max_value_storage_bytes", 0),
-    ),
-    "worker_backend": ("workers", "state_store_backend", _text),
-    "sql_alchemy_conn": ("database", "sql_alchemy_conn", _text),
-    "offload_url": ("state_store", "taskstate_offload_url", _text),
-    "offload_threshold": (
-        "state_store",
-        "taskstate_offload_threshold",
-        _optional(_int("[state_store] taskstate_offload_threshold", 0)),
-    ),
-    "offload_compression": (
-        "state_store",
-        "taskstate_offload_compression",
-        _choice("[state_store] taskstate_offload_compression", ("none", "gzip")),
-    ),
-    "offload_storage_options": ("state_store", "taskstate_offload_storage_options", _text),
-    # Airflow 3.3+ only: whose accessors tasks get (taskstate.airflow.versions).
-    "taskstate_mode": (
-        "state_store",
-        "taskstate_mode",
-        _choice("[state_store] taskstate_mode", ("native", "taskstate")),
-    ),
-    "provider_durable": (
-        "state_store",
-        "taskstate_provider_durable",
-        _bool("[state_store] taskstate_provider_durable"),
-    ),
-}
+def _parse(spec: Field[Any], raw: str) -> Any:
+    section, option, parse = spec.metadata["option"]
+    return parse(f"[{section}] {option}", raw)
 
-# Options holding a JSON object whose entries may be credentials.
-_JSON_OPTIONS = frozenset({"offload_storage_options"})
 
 Lookup = Callable[[str, str], "str | None"]
 
@@ -210,9 +186,9 @@ def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """One `Settings` field, read and parsed alone (for hooks that run in every Airflow
     process: nothing else is read, no other `_cmd` runs)."""
     env = os.environ if environ is None else environ
-    section, option, parse = _OPTIONS[name]
-    raw = _raw(env, _airflow_lookup() or _file_lookup(env), section, option)
-    return getattr(Settings, name) if raw is None else parse(raw)
+    spec = next(spec for spec in fields(Settings) if spec.name == name)
+    raw = _raw(env, _airflow_lookup() or _file_lookup(env), *spec.metadata["option"][:2])
+    return spec.default if raw is None else _parse(spec, raw)
 
 
 def airflow_option(

@@ -26,6 +26,11 @@ pytestmark = [
     pytest.mark.skipif("3.3" not in versions(), reason="Airflow 3.3 not selected"),
 ]
 DAG = "ts_api_scenario"
+# Steps where Airflow 3.3.2 is wrong and taskstate is not: (Airflow's status, ours).
+KNOWN = {
+    # Its 422 echoes the NaN back as `input`, which JSON cannot carry: a 500 instead.
+    "put nested nan": (500, 422),
+}
 
 
 def scenario(http: httpx.Client, base: str, run_id: str) -> list[tuple[str, int, Any]]:
@@ -51,7 +56,6 @@ def scenario(http: httpx.Client, base: str, run_id: str) -> list[tuple[str, int,
         ("get patched", "GET", f"{plain}/k3", {}, None),
         ("patch missing", "PATCH", f"{plain}/nope", {}, {"value": 1}),
         ("put null", "PUT", f"{plain}/bad", {}, {"value": None}),
-        ("put nested nan", "PUT", f"{plain}/bad", {}, "NaN"),
         ("put extra field", "PUT", f"{plain}/bad", {}, {"value": 1, "other": 2}),
         ("put no value", "PUT", f"{plain}/bad", {}, {}),
         (
@@ -77,6 +81,8 @@ def scenario(http: httpx.Client, base: str, run_id: str) -> list[tuple[str, int,
         ("map 1 gone", "GET", f"{mapped}/m", {"map_index": 1}, None),
         ("clear", "DELETE", plain, {}, None),
         ("list cleared", "GET", plain, {}, None),
+        # Last: Airflow 3.3.2 answers this with a 500 and drops the connection (KNOWN below).
+        ("put nested nan", "PUT", f"{plain}/bad", {}, "NaN"),
     ]
     answers = []
     for name, method, url, params, body in steps:
@@ -93,6 +99,8 @@ def scenario(http: httpx.Client, base: str, run_id: str) -> list[tuple[str, int,
 def _comparable(response: httpx.Response) -> Any:
     if not response.content:
         return None
+    if not response.headers.get("content-type", "").startswith("application/json"):
+        return response.text[:200]
     body = response.json()
     if response.status_code == 422:
         return sorted(tuple(map(str, error["loc"])) for error in body["detail"])
@@ -131,5 +139,10 @@ def test_the_same_client_gets_the_same_answers(
     store = StateStore(f"sqlite:///{tmp_path}/state.db", settings=Settings())
     with store, running(standalone_app(store, None)) as base, httpx.Client(base_url=base) as http:
         ours = scenario(http, "/taskstate", run_id)
-    differences = [(t, o) for t, o in zip(theirs, ours, strict=True) if t != o]
+    for (name, their_status, _), (_, our_status, _) in zip(theirs, ours, strict=True):
+        if name in KNOWN:
+            assert (their_status, our_status) == KNOWN[name], name
+    differences = [
+        (t, o) for t, o in zip(theirs, ours, strict=True) if t != o and t[0] not in KNOWN
+    ]
     assert not differences, "\n".join(f"airflow {t}\ntaskstate {o}" for t, o in differences)

@@ -3,27 +3,34 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 
-from taskstate.airflow import serving
+from taskstate.airflow import serving, versions
+
+
+@pytest.fixture(autouse=True)
+def _fresh_mode() -> Iterator[None]:
+    versions.taskstate_mode.cache_clear()
+    yield
+    versions.taskstate_mode.cache_clear()
 
 
 @pytest.mark.parametrize(
-    ("native", "mode", "served"),
+    ("native_available", "mode", "served"),
     [
         (False, None, True),
-        (False, "airflow", True),
+        (False, "native", True),
         (True, None, False),
-        (True, "airflow", False),
+        (True, "native", False),
         (True, "taskstate", True),
-        (True, " TaskState ", True),
-        (True, "", False),
     ],
 )
 def test_api_served(
-    monkeypatch: pytest.MonkeyPatch, native: bool, mode: str | None, served: bool
+    monkeypatch: pytest.MonkeyPatch, native_available: bool, mode: str | None, served: bool
 ) -> None:
-    monkeypatch.setattr(serving, "native_store_active", lambda: native)
+    monkeypatch.setattr(versions, "native_store_available", lambda: native_available)
     monkeypatch.delenv("AIRFLOW__STATE_STORE__TASKSTATE_MODE", raising=False)
     monkeypatch.setenv("AIRFLOW_HOME", "/nonexistent")
     if mode is not None:

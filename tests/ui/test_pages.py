@@ -310,3 +310,21 @@ def test_phone_width_and_keyboard_only(served: Served, browser: Browser) -> None
     expect(page.get_by_role("status")).to_have_text("Saved offset.")
     assert served.store.task_state(LOAD).get("offset") == 7
     context.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "run_id", "map_index"),
+    [
+        ("etl/manual__2026-12-01T00%3A00%3A00%2B00%3A00/load/%7BMAP_INDEX%7D", "", "-1"),
+        ("etl/manual__2026-12-01T00:00:00+00:00/load/-1", "", "-1"),  # 3.1 encodes nothing
+        ("etl/backfill__x%7Ey/load/2", "backfill__x~y", "2"),
+    ],
+)
+def test_the_airflow_tab_address_leads_to_the_task(
+    served: Served, page: Page, path: str, run_id: str, map_index: str
+) -> None:
+    run_id = run_id or "manual__2026-12-01T00:00:00+00:00"
+    served.store.task_state(TaskScope("etl", run_id, "load", int(map_index))).set("k", run_id)
+    page.goto(f"{served.ui}ti/{path}")
+    expect(row(page, "k").locator("pre")).to_have_text(f'"{run_id}"')
+    assert page.url.startswith(served.ui + "?")

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 import pytest
+from click.testing import CliRunner
 
 from taskstate.airflow.variables import after, state_value, target
+from taskstate.cli import main
 from taskstate.errors import ConfigError
 from taskstate.scope import AssetScope, TaskScope
 from taskstate.settings import Settings
@@ -53,3 +57,25 @@ def test_after_shows_the_dag_change() -> None:
     assert "def my_task(task_state_store=None):" in task
     assert "task_state_store.set('job_id', new_value, retention=NEVER_EXPIRE)" in task
     assert isinstance(target("s3://b/k", None, None, None, -1), AssetScope)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["migrate-to-airflow", "--dry-run"], "run it where Airflow 3.3+ is installed"),
+        (["clean", "--airflow-offload"], "run it where Airflow 3.3+ is installed"),
+        (["variables", "migrate", "--variable", "v", "--key", "k"], "give either --to-asset"),
+        (
+            ["variables", "migrate", "--variable", "v", "--key", "k", "--dag-id", "d"],
+            "needs all of --dag-id, --run-id and --task-id",
+        ),
+    ],
+)
+def test_upgrade_commands_refuse_clearly_without_airflow_3_3(
+    args: list[str], message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))  # the dev env has no Airflow
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code != 0
+    assert message in result.output
+    assert not (tmp_path / "taskstate.db").exists()  # nothing opened, nothing written

@@ -325,6 +325,7 @@ def unmigrated_summary(dag_id: str) -> str | None:
 
 
 def open_existing_store() -> StateStore | None:
+    """The configured taskstate store, or None when it is an SQLite file that does not exist."""
     from pathlib import Path
 
     from taskstate.backends import resolve_url

@@ -45,16 +45,12 @@ def _flask_blueprints() -> list[Any]:
     return [blueprint()]
 
 
-def ui_extensions() -> dict[str, list[Any]]:
-    """The UI's additions to this plugin (issue 14: external views, menu links, appbuilder
-    views), by AirflowPlugin attribute name. `taskstate.ui.airflow.plugin_extensions()`
-    provides them once the UI exists; until then there are none."""
-    try:
-        from taskstate.ui.airflow import plugin_extensions  # type: ignore[import-not-found]
-    except ImportError:
-        return {}
-    extensions: dict[str, list[Any]] = plugin_extensions()
-    return extensions
+def ui_extensions() -> dict[str, Any]:
+    """The UI's additions to this plugin (external views, menu links, appbuilder views, extra
+    links), by AirflowPlugin attribute name: `taskstate.ui.airflow.plugin_extensions()`."""
+    from taskstate.ui.airflow import plugin_extensions
+
+    return plugin_extensions()
 
 
 class TaskStatePlugin(AirflowPlugin):  # type: ignore[misc]  # Airflow is untyped here

@@ -8,16 +8,12 @@ import importlib.metadata
 import importlib.util
 
 from taskstate.airflow.versions import native_store_active
-from taskstate.settings import airflow_option
 
 PLUGIN = "taskstate.airflow.plugin:TaskStatePlugin"
 
 
 def api_served() -> bool:
-    if not native_store_active():
-        return True
-    mode = airflow_option("state_store", "taskstate_mode") or ""
-    return mode.strip().lower() == "taskstate"
+    return not native_store_active()  # 3.3+ with taskstate_mode = taskstate: ours serves
 
 
 def doctor_check() -> tuple[str, str, str]:

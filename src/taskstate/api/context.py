@@ -57,13 +57,15 @@ def max_page_limit() -> int:
         return 100
 
 
-def context(request: Request) -> AppContext:
+async def context(request: Request) -> AppContext:
+    # async: no I/O here, and a sync dependency would cost a thread-pool hop per request
     ctx: AppContext = request.app.state.taskstate
     return ctx
 
 
 async def caller(request: Request) -> Principal:
-    return await context(request).auth(request)
+    ctx: AppContext = request.app.state.taskstate
+    return await ctx.auth(request)
 
 
 Ctx = Annotated[AppContext, Depends(context)]

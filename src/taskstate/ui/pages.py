@@ -9,8 +9,9 @@ from __future__ import annotations
 import html
 from importlib.resources import files
 from typing import Annotated
+from urllib.parse import unquote, urlencode
 
-from fastapi import APIRouter, FastAPI, Query, Request
+from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
@@ -27,11 +28,13 @@ def install(app: FastAPI) -> None:
     app.mount("/ui/static", StaticFiles(packages=[("taskstate.ui", "static")]), name="ui-static")
 
 
-def app_container(*, api: str, ui: str, login: str = "", csrf: str = "") -> str:
+def app_container(*, api: str, ui: str, login: str = "", csrf: str = "", view: str = "") -> str:
     """The element the script fills in; hosts that render their own page (the Airflow 2 view)
     embed this too. `api` / `ui`: URLs of the API (`.../api/v2/`) and of this router
-    (`.../ui/`), relative to the page or absolute."""
-    attrs = {"data-api": api, "data-ui": ui, "data-login": login, "data-csrf": csrf}
+    (`.../ui/`), relative to the page or absolute; `view="assets"`: open on the asset list."""
+    attrs = {
+        "data-api": api, "data-ui": ui, "data-login": login, "data-csrf": csrf, "data-view": view
+    }  # fmt: skip
     rendered = " ".join(f'{name}="{html.escape(value)}"' for name, value in attrs.items())
     return f'<div id="ts-app" {rendered}><p>Loading…</p></div>'
 
@@ -60,6 +63,24 @@ def page(ctx: Ctx) -> HTMLResponse:
         template.replace("<!--ts-app-->", container),
         headers={"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff"},
     )
+
+
+@router.get("/ti/{rest:path}")
+def task_instance(request: Request) -> RedirectResponse:
+    """`ti/{dag_id}/{run_id}/{task_id}/{map_index}`, the address Airflow 3's "Task State" tab
+    fills in, to the page's own address. Read from the raw path: Airflow 3.2 percent-encodes
+    each id, 3.1 inserts them as they are (`+`, `:` and `~` are fine in a path segment; Airflow's
+    run ids hold no `/`). A map index Airflow left unfilled (`{MAP_INDEX}`, on a task that is
+    not mapped) is -1."""
+    raw = request.scope.get("raw_path") or request.url.path.encode()
+    parts = raw.decode("latin-1").split("/ui/ti/", 1)[-1].split("/")
+    if len(parts) != 4:
+        raise HTTPException(404, "expected ti/{dag_id}/{run_id}/{task_id}/{map_index}")
+    dag_id, run_id, task_id, index = (unquote(part) for part in parts)
+    query = {"dag_id": dag_id, "run_id": run_id, "task_id": task_id}
+    query["map_index"] = index if index.lstrip("-").isdigit() else "-1"
+    # Relative: up from .../ui/ti/<parts>/ to .../ui/, whatever the host's prefix.
+    return RedirectResponse("../" * len(parts) + "?" + urlencode(query), status_code=307)
 
 
 @router.api_route("/access", methods=["GET", "PUT", "DELETE"])

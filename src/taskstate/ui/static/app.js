@@ -265,8 +265,9 @@
     if (cfg.login) {
       const inFrame = window.self !== window.top;
       parts.push(inFrame
+        // Airflow's sandboxed iframe allows neither popups nor navigating the top page.
         ? h("p", {}, "Your Airflow session has ended or does not reach this tab: reload the Airflow page to sign in again, or open ",
-          h("a", { href: location.href, target: "_blank", rel: "noopener" }, "this page on its own"), ".")
+          h("code", {}, location.href), " on its own.")
         : h("p", {}, h("a", { href: `${new URL(cfg.login, location.href)}?next=${encodeURIComponent(location.href)}` }, "Sign in to Airflow"), ", then come back."));
     }
     parts.push(h("form", { class: "ts-login", onsubmit: (event) => {
@@ -294,6 +295,17 @@
       pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }),
       h("h2", { id: "ts-assets" }, "Assets with state"),
       assetRows.length ? table("Assets with state", ["Asset", "Keys"], assetRows) : h("p", { class: "ts-empty" }, "No asset state yet."));
+  }
+
+  async function assetsView() {
+    const offset = Number(params.get("offset") || 0);
+    const assets = await getJson("assets", { limit: PAGE_SIZE, offset });
+    const rows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), a.keys]);
+    show(
+      crumbs([["State", href({})], ["Assets"]]),
+      h("h1", {}, "Assets with state"), status, alertBox,
+      rows.length ? table("Assets with state", ["Asset", "Keys"], rows) : h("p", { class: "ts-empty" }, "No asset state yet."),
+      pager(assets.total_entries, offset, (o) => { location.search = href({ view: "assets", offset: o }); }));
   }
 
   async function runsView(dagId) {
@@ -503,6 +515,7 @@
     else if (dagId && runId && taskId) await taskView(dagId, runId, taskId);
     else if (dagId && runId) await taskInstancesView(dagId, runId);
     else if (dagId) await runsView(dagId);
+    else if ((params.get("view") || cfg.view) === "assets") await assetsView();
     else await homeView();
   }
 
