@@ -454,9 +454,9 @@ def db_migrate() -> None:
     """Create or upgrade the backend's tables."""
     store = _store()
     applied = store.migrate()
-    status = store.backend.schema_status()
+    status = store.schema_status()
     click.echo(
-        f"{store.backend.describe()}: "
+        f"{store.describe()}: "
         + (
             f"applied {', '.join(map(str, applied))}; now at version {status.current}"
             if applied
@@ -469,10 +469,10 @@ def db_migrate() -> None:
 def db_check() -> None:
     """Exit 1 unless the schema is at the version this taskstate needs."""
     store = _store()
-    status = store.backend.schema_status()
+    status = store.schema_status()
     if not status.up_to_date:
-        raise click.ClickException(f"{store.backend.describe()}: {status.describe()}")
-    click.echo(f"{store.backend.describe()}: {status.describe()}")
+        raise click.ClickException(f"{store.describe()}: {status.describe()}")
+    click.echo(f"{store.describe()}: {status.describe()}")
 
 
 @main.command()
@@ -505,9 +505,9 @@ def _doctor_checks() -> Iterator[tuple[str, str, str]]:
     lazy: _Lazy = click.get_current_context().obj
     try:
         store = lazy.store
-        status = store.backend.schema_status()
+        status = store.schema_status()
         state = "ok" if status.up_to_date else "warn" if status.newer else "fail"
-        yield "backend", state, f"{redact_url(store.backend.describe())}: {status.describe()}"
+        yield "backend", state, f"{redact_url(store.describe())}: {status.describe()}"
     except Exception as exc:  # doctor reports every failure instead of stopping at one
         yield "backend", "fail", f"{type(exc).__name__}: {exc}"
     yield from _airflow_checks()

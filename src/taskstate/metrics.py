@@ -670,7 +670,7 @@ def _init(self: Any, store: StateStore, scope: Any, writer: Any = None) -> None:
 
 def backend_tag(store: StateStore) -> str:
     """A backend's short, low-cardinality name: its URL scheme (sqlite, postgresql, http)."""
-    scheme, sep, _ = store.backend.describe().partition(":")
+    scheme, sep, _ = store.describe().partition(":")
     return scheme if sep and scheme.isidentifier() else type(store.backend).__name__
 
 

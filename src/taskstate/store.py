@@ -252,6 +252,10 @@ class StateStore:
         }
         return result.with_orphans(worker.sweep(live, dry_run=dry_run))
 
+    def describe(self) -> str:
+        """Which backend holds the state, never with credentials (for logs, doctor, health)."""
+        return self.backend.describe()
+
     def schema_status(self) -> SchemaStatus:
         return self.backend.schema_status()
 
@@ -269,7 +273,7 @@ class StateStore:
         self.close()
 
     def __repr__(self) -> str:
-        return f"StateStore({self.backend.describe()!r})"
+        return f"StateStore({self.describe()!r})"
 
     # -- offloaded objects --------------------------------------------------------------------
 

@@ -58,9 +58,7 @@ def create_app(store: StateStore, auth: Auth, *, hosting: Hosting | None = None)
     @app.get("/health", response_model=models.Health, tags=["Health"])
     def health() -> models.Health:
         """Liveness, and which backend serves the state (never its credentials)."""
-        return models.Health(
-            status="ok", backend=store.backend.describe(), version=taskstate.__version__
-        )
+        return models.Health(status="ok", backend=store.describe(), version=taskstate.__version__)
 
     return app
 
