@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -53,7 +54,7 @@ class Airflow:
         )  # fmt: skip
         dags = home / "dags"
         shutil.copytree(REPO / "examples" / "dags", dags, ignore=shutil.ignore_patterns("__*"))
-        port = free_port()
+        port = self.port = free_port()
         base = {k: v for k, v in os.environ.items() if not k.startswith("AIRFLOW")}
         self.environ = {
             **base,
@@ -111,6 +112,8 @@ class Airflow:
                         start_new_session=True,
                     )
                 )
+                if name == "api-server":  # a task queued before it answers is lost (SIGKILLed)
+                    self._wait_for_api(procs[-1])
             yield
         finally:
             for proc in procs:
@@ -121,6 +124,18 @@ class Airflow:
                 except subprocess.TimeoutExpired:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
+
+    def _wait_for_api(self, proc: subprocess.Popen[bytes], timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        url = f"http://127.0.0.1:{self.port}/api/v2/version"
+        while True:
+            try:
+                with urllib.request.urlopen(url, timeout=2):
+                    return
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the api-server did not answer; see {self.home}") from None
+                time.sleep(1)
 
     def task_tries(self) -> list[tuple[str, int]]:
         """(state, try_number) of every instance of the ETL task, from the metadata DB."""

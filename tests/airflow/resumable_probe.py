@@ -140,7 +140,12 @@ def main() -> None:
                 out["classes"][cls.__name__] = {"error": f"{type(exc).__name__}: {exc}"}
     out["stats"] = None if stats is None else calls
     if spans is not None:
-        spans = [dict(span.attributes) for span in spans.get_finished_spans()]
+        # Only the decision spans: the store's own operations are traced too (metrics.py).
+        spans = [
+            dict(span.attributes)
+            for span in spans.get_finished_spans()
+            if span.name == "resumable_job.resume_decision"
+        ]
     out["spans"] = spans
     print("PROBE " + json.dumps(out))
 

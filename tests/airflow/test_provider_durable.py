@@ -6,7 +6,7 @@ Under a real scheduler on Airflow 3.2 (api-server, dag-processor, scheduler + Lo
 try 1 of each task is SIGKILLed after the job id is persisted or while polling: with the
 setting on the retry reconnects and the service saw one job per task; with it off the same DAG
 submits every job twice (the providers' stand-in mixin). Under `dags test` on 3.0 and 3.1 the
-same operators resume from a failed try 1.
+same operators resume from a failed try 1, and `tasks test` takes their durable path.
 """
 
 from __future__ import annotations
@@ -121,6 +121,29 @@ def test_dags_test_provider_operators_resume_a_failed_try(
         assert reports[task]["try_number"] == 2, reports[task]
         assert reports[task]["mixin"] == TASKSTATE_MIXIN
         assert jobs[task] == 1, (task, jobs)
+
+
+def test_tasks_test_provider_operator_takes_the_durable_path(
+    provider_home: AirflowHome, tmp_path: Path
+) -> None:
+    """`airflow tasks test` (no fault): the operator runs on taskstate's mixin and saves its id."""
+    out = tmp_path / "out"
+    out.mkdir()
+    with running_aws(tmp_path) as aws:
+        provider_home.airflow(
+            "tasks", "test", DAG_ID, "redshift_after_persist", "2025-01-01",
+            env={
+                "AIRFLOW_CONN_AWS_DEFAULT": aws.airflow_connection(),
+                "TS_PROVIDER_FAULT": "none",
+                "VERSUS_OUT": str(out),
+                SETTING: "True",
+            },
+        )  # fmt: skip
+        jobs = by_task(aws.submissions())
+    report = json.loads((out / "redshift_after_persist.json").read_text())
+    assert (report["mixin"], report["durable"]) == (TASKSTATE_MIXIN, True), report
+    assert report["result"] == [report["stored"]]
+    assert jobs == {"redshift_after_persist": 1}
 
 
 def test_doctor_reports_the_setting_and_whether_it_is_active(airflow_home: AirflowHome) -> None:

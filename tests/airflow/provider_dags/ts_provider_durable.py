@@ -4,7 +4,7 @@ named point: `after_persist` (the job submitted and its id saved, as the operato
 polling), `while_polling` (the second status check of the polling loop, the job still active)
 or `in_window` (the job accepted, its id not saved yet: the bench only). The fault is a SIGKILL
 of the task process under a scheduler, an exception under `dags test` (which runs tasks in its
-own process): TS_PROVIDER_FAULT = kill | raise; TS_PROVIDER_FAULTS lists the points (one task
+own process): TS_PROVIDER_FAULT = kill | raise | none; TS_PROVIDER_FAULTS lists the points (one task
 per operator and point). Each job names its logical job (`<run_id>|<task_id>`) in its SQL or
 its Glue arguments, which is how the service's ledger counts jobs per logical job.
 
@@ -29,9 +29,10 @@ from airflow.sdk import DAG
 
 
 def _fault(context: Any) -> None:
-    if int(context["ti"].try_number) != 1:
+    how = os.environ.get("TS_PROVIDER_FAULT", "kill")
+    if int(context["ti"].try_number) != 1 or how == "none":
         return
-    if os.environ.get("TS_PROVIDER_FAULT", "kill") == "kill":
+    if how == "kill":
         os.kill(os.getpid(), signal.SIGKILL)
     raise RuntimeError("try 1 fails here on purpose (TS_PROVIDER_FAULT=raise)")
 
