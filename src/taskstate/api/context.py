@@ -152,6 +152,14 @@ def not_modified(if_none_match: str | None, etag: str) -> bool:
     )
 
 
+def entry_response(entry: StoredEntry, body: dict[str, Any], if_none_match: str | None) -> Response:
+    """A GET of one key: its body with the `ETag`, or 304 when the client's copy is current."""
+    headers = {"ETag": quoted(entry.etag)}
+    if not_modified(if_none_match, entry.etag):
+        return Response(status_code=304, headers=headers)
+    return json_response(body, headers=headers)
+
+
 def unprocessable(loc: tuple[str | int, ...], message: str) -> NoReturn:
     """Refuse the request with FastAPI's own 422 shape."""
     raise RequestValidationError([{"loc": loc, "msg": message, "type": "value_error"}])

@@ -20,8 +20,8 @@ from taskstate.api.context import (
     Offset,
     api_writer,
     asset_entry,
+    entry_response,
     json_response,
-    not_modified,
     page_bounds,
     quoted,
     unprocessable,
@@ -101,10 +101,7 @@ def _router(prefix: str, scope: ScopeFactory) -> APIRouter:
         entry = ctx.store.asset_state(asset).entry(key)
         if entry is None:
             raise _key_not_found(key)
-        headers = {"ETag": quoted(entry.etag)}
-        if not_modified(if_none_match, entry.etag):
-            return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
-        return json_response(asset_entry(entry), headers=headers)
+        return entry_response(entry, asset_entry(entry), if_none_match)
 
     @router.put(
         "/{key:path}",

@@ -20,8 +20,8 @@ from taskstate.api.context import (
     Limit,
     Offset,
     api_writer,
+    entry_response,
     json_response,
-    not_modified,
     page_bounds,
     quoted,
     task_entry,
@@ -126,10 +126,7 @@ def get_task_state(
     entry = ctx.store.task_state(scope).entry(key)
     if entry is None:
         raise _key_not_found(key)
-    headers = {"ETag": quoted(entry.etag)}
-    if not_modified(if_none_match, entry.etag):
-        return Response(status_code=status.HTTP_304_NOT_MODIFIED, headers=headers)
-    return json_response(task_entry(entry), headers=headers)
+    return entry_response(entry, task_entry(entry), if_none_match)
 
 
 @router.put(
