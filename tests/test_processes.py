@@ -29,8 +29,7 @@ def test_update_from_8_processes_loses_nothing(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/state.db"
     # Closed before forking: an unclosed store left to the children's garbage collector lost
     # ~140 of 4,000 updates here (after other tests had run in this process; see notes).
-    with StateStore(url, settings=Settings()) as store:
-        store.backend.migrate()
+    StateStore(url, settings=Settings()).backend.migrate()
     procs = [CTX.Process(target=_increment, args=(url, 500)) for _ in range(8)]
     for p in procs:
         p.start()
@@ -40,6 +39,29 @@ def test_update_from_8_processes_loses_nothing(tmp_path: Path) -> None:
     assert (
         StateStore(url, settings=Settings()).asset_state(AssetScope(name="counter")).get("n")
         == 4000
+    )
+
+
+def test_children_lose_nothing_when_the_parent_closes_its_store_while_they_write(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/state.db"
+    parent = StateStore(url, settings=Settings())
+    counter = parent.asset_state(AssetScope(name="counter"))
+    counter.set("n", 0)  # the parent holds the file open when it forks
+    procs = [CTX.Process(target=_increment, args=(url, 1000)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    deadline = time.monotonic() + 60
+    while counter.get("n") < 100 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    parent.close()  # mid-run: the children must still own the WAL
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert (
+        StateStore(url, settings=Settings()).asset_state(AssetScope(name="counter")).get("n")
+        == 8000
     )
 
 
@@ -147,3 +169,18 @@ def test_acknowledged_writes_survive_sigkill_200_times(tmp_path: Path) -> None:
         assert stored in (last_ack, last_ack + 1), (stored, last_ack)
         start = stored
     assert start > 200  # the children really wrote between kills
+
+
+def test_a_scan_open_across_a_fork_reads_on_in_the_parent(tmp_path: Path) -> None:
+    store = StateStore(f"sqlite:///{tmp_path}/state.db", settings=Settings())
+    acc = store.task_state(T)
+    for i in range(300):
+        acc.set(f"k{i:03}", i)
+    rows = store.backend.scan()
+    first = next(rows)
+    child = CTX.Process(target=time.sleep, args=(0,))
+    child.start()  # the scan's connection is in use: it is not closed before the fork
+    child.join(30)
+    assert child.exitcode == 0
+    assert [first.key, *(r.key for r in rows)] == [f"k{i:03}" for i in range(300)]
+    assert acc.get("k299") == 299

@@ -1,6 +1,6 @@
 """The embedded default: one SQLite file in WAL mode, shared by every process on the machine.
 
-Each thread of each process gets its own connection (reopened after fork). Every plain write
+Each thread of each process gets its own connection (see "Fork safety" below). Every plain write
 is one autocommit statement; read-modify-write runs under `BEGIN IMMEDIATE`, which takes the
 file's write lock up front so concurrent updaters queue (busy_timeout) instead of failing.
 WAL with synchronous=NORMAL loses nothing when the writing process is killed: a committed
@@ -24,6 +24,7 @@ import os
 import sqlite3
 import stat
 import threading
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -160,6 +161,54 @@ def _create_private(path: Path) -> None:
         os.close(fd)
 
 
+# Fork safety. SQLite keeps per-process lock bookkeeping for each file (its inode list, the WAL
+# index's shared-memory node), and a forked child inherits it: a child that opens the file while
+# its parent holds a connection to it shares that bookkeeping and never takes the lock that marks
+# a process as a user of the WAL. When the parent later closes its last connection (or the GC
+# closes one it dropped), it believes itself the file's last user, checkpoints and deletes the
+# WAL under the children, and their later commits are lost (seen: 8 children lost 2-24% of their
+# `update`s). So every connection not in use is closed just before fork (threads reopen lazily),
+# and a child never closes a connection it inherited: closing a descriptor drops every POSIX lock
+# the process holds on the file, its own connections' included.
+_INHERITED: list[sqlite3.Connection] = []
+_OPEN: weakref.WeakSet[_Slot] = weakref.WeakSet()
+_forks = 0  # connections opened before the latest fork are not used after it
+
+
+def _release(conn: sqlite3.Connection, pid: int) -> None:
+    if pid == os.getpid():
+        conn.close()
+    else:
+        _INHERITED.append(conn)
+
+
+class _Slot:
+    """One thread's connection, closed when the slot goes rather than when the cyclic GC gets to
+    it (CPython's connections sit in a reference cycle through their statement cache)."""
+
+    __slots__ = ("__weakref__", "conn", "release", "scans")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+        self.scans = 0  # open `scan` iterators: their read transaction is in use
+        self.release = weakref.finalize(self, _release, conn, os.getpid())
+        _OPEN.add(self)
+
+
+def _before_fork() -> None:
+    global _forks
+    _forks += 1
+    for slot in list(_OPEN):
+        if not slot.release.alive:  # closed already
+            _OPEN.discard(slot)
+        elif not slot.scans and not slot.conn.in_transaction:
+            slot.release()
+            _OPEN.discard(slot)
+
+
+os.register_at_fork(before=_before_fork)
+
+
 class SQLiteBackend(StateBackend):
     def __init__(self, url: str, *, busy_timeout_s: float = 60.0) -> None:
         self.url = url
@@ -175,7 +224,7 @@ class SQLiteBackend(StateBackend):
     def _conn(self) -> sqlite3.Connection:
         local = self._local
         conn: sqlite3.Connection | None = getattr(local, "conn", None)
-        if conn is not None and local.pid == os.getpid():
+        if conn is not None and local.forks == _forks and local.pid == os.getpid():
             return conn
         conn = self._open()
         if not self._migrated:
@@ -217,8 +266,8 @@ class SQLiteBackend(StateBackend):
             if _is_busy(exc):
                 raise self._error(exc) from exc
             raise BackendError(f"cannot open the state database {self.path}: {exc}") from exc
-        self._local.conn = conn
-        self._local.pid = os.getpid()
+        local = self._local
+        local.slot, local.conn, local.pid, local.forks = _Slot(conn), conn, os.getpid(), _forks
         return conn
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
@@ -246,9 +295,9 @@ class SQLiteBackend(StateBackend):
         conn.execute("COMMIT")
 
     def close(self) -> None:
-        conn = getattr(self._local, "conn", None)
-        if conn is not None and self._local.pid == os.getpid():
-            conn.close()
+        slot = getattr(self._local, "slot", None)
+        if slot is not None:
+            slot.release()
         self._local = threading.local()
 
     @_typed_errors
@@ -310,13 +359,18 @@ class SQLiteBackend(StateBackend):
     def scan(self, prefix: str = "") -> Iterator[Row]:
         try:
             conn = self._conn()
-            cursor = (
-                conn.execute(_SCAN_RANGE, (prefix, prefix_upper_bound(prefix)))
-                if prefix
-                else conn.execute(_SCAN_ALL)
-            )
-            for row in cursor:
-                yield Row(*row)
+            slot = self._local.slot
+            slot.scans += 1
+            try:
+                cursor = (
+                    conn.execute(_SCAN_RANGE, (prefix, prefix_upper_bound(prefix)))
+                    if prefix
+                    else conn.execute(_SCAN_ALL)
+                )
+                for row in cursor:
+                    yield Row(*row)
+            finally:
+                slot.scans -= 1
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
 
@@ -337,9 +391,7 @@ class SQLiteBackend(StateBackend):
 
     @_typed_errors
     def migrate(self) -> list[int]:
-        local = self._local
-        conn = local.conn if getattr(local, "conn", None) and local.pid == os.getpid() else None
-        return self._migrate_on(conn or self._open(), explicit=True)
+        return self._migrate_on(self._conn() if self._migrated else self._open(), explicit=True)
 
     def _migrate_on(self, conn: sqlite3.Connection, *, explicit: bool = False) -> list[int]:
         """Bring the schema up to date. A newer schema (a newer taskstate is rolling out) is
