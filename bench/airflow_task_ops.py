@@ -13,12 +13,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.airflow.harness
 
+from record import meta, save
 from tests.airflow.harness import AirflowHome
 
 DAG = Path(__file__).resolve().parent / "airflow_dags" / "ts_bench.py"
 
 
 def main(versions: list[str]) -> None:
+    started = meta()
+    figures = {}
     print(
         "| Airflow | set p50 µs | get p50 µs | raw sqlite3 upsert p50 µs | raw select p50 µs "
         "| set / raw | get / raw |"
@@ -29,12 +32,15 @@ def main(versions: list[str]) -> None:
             home = AirflowHome(version, Path(tmp), [DAG])
             home.dags_test("ts_bench")
             r = json.loads((home.home / "bench.json").read_text())
+        figures[home.airflow_version] = r
         print(
             f"| {home.airflow_version} | {r['set_p50_us']:.1f} | {r['get_p50_us']:.1f} "
             f"| {r['raw_set_p50_us']:.1f} | {r['raw_get_p50_us']:.1f} "
             f"| {r['set_p50_us'] / r['raw_set_p50_us']:.2f} "
             f"| {r['get_p50_us'] / r['raw_get_p50_us']:.2f} |"
         )
+    command = "bench/airflow_task_ops.py " + " ".join(versions)
+    save("airflow_task_ops", figures, command=command, started=started)
 
 
 if __name__ == "__main__":

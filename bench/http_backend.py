@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))  # examples.airflow.demo
 
 from examples.airflow.demo import Airflow, free_port  # noqa: E402
+from record import meta, save  # noqa: E402
 
 DAG = REPO / "bench" / "airflow_dags" / "ts_http_bench.py"
 
@@ -30,6 +31,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ops", type=int, default=500)
     args = parser.parse_args()
+    started = meta()
     root = Path(tempfile.mkdtemp(prefix="ts-http-bench-"))
     port = free_port()
     url = f"http://127.0.0.1:{port}/taskstate"
@@ -67,6 +69,7 @@ def main() -> None:
             f"| {op} | {n['p50_us']:.0f} | {n['p95_us']:.0f} | {h['p50_us']:.0f} "
             f"| {h['p95_us']:.0f} | {n['p50_us'] / h['p50_us']:.1f}× |"
         )
+    save("http_backend", result, command=f"bench/http_backend.py --ops {args.ops}", started=started)
 
 
 if __name__ == "__main__":

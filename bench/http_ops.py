@@ -32,6 +32,7 @@ from typing import Any
 from urllib.parse import quote
 
 import httpx
+from record import meta, save
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET = "bench-http-ops-secret-0123456789abcdefgh"
@@ -246,6 +247,8 @@ def main() -> int:
         print(json.dumps(result))
         return 0
 
+    started = meta()
+    figures: dict[str, Any] = {"latency": {}, "throughput": {}}
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         sides = [start_taskstate(stack, Path(tmp))]
         if not args.skip_airflow:
@@ -257,6 +260,10 @@ def main() -> int:
         print("|---|---:|---:|---:|---:|")
         for side in sides:
             t = times[side.name]
+            figures["latency"][side.name] = {
+                f"{op} {q}_ms": 1000 * (statistics.median(t[op]) if q == "p50" else pct(t[op], .95))
+                for op in ("set", "get") for q in ("p50", "p95")
+            }  # fmt: skip
             print(f"| {side.name} | {ms(statistics.median(t['set']))} | {ms(pct(t['set'], .95))} "
                   f"| {ms(statistics.median(t['get']))} | {ms(pct(t['get'], .95))} |")  # fmt: skip
         if len(sides) == 2:
@@ -269,9 +276,13 @@ def main() -> int:
         print("|---|---:|---:|---:|---:|")
         for side in sides:
             r = throughput(side, args.clients, args.seconds)
+            figures["throughput"][side.name] = r
             print(f"| {side.name} | {r['rps']:.0f} | {r['errors']} | {ms(r['p50'])} "
                   f"| {ms(r['p99'])} |")  # fmt: skip
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    command = f"bench/http_ops.py --n {args.n} --clients {args.clients} --seconds {args.seconds:g}"
+    if not args.skip_airflow:
+        save("http_ops", figures, command=command, started=started)
     return 0
 
 

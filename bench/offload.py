@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from record import meta, save
+
 from taskstate import StateStore, TaskScope
 from taskstate.backends.offload import OffloadBackend
 from taskstate.settings import Settings
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=100)
     parser.add_argument("--mb", type=float, default=1.0)
     args = parser.parse_args()
+    started = meta()
     row = {"id": 123456, "name": "a typical record", "score": 0.75, "tags": ["x", "y"]}
     count = int(args.mb * 1_000_000 / len(json.dumps(row, separators=(",", ":"))))
     value = {"rows": [dict(row, id=100000 + i) for i in range(count)]}
@@ -91,6 +94,15 @@ def main() -> None:
                 f"{o50 / r50:8.2f}×"
             )
     print(f"of which value validation + encoding (values.encode_value): p50 {encode_p50:.2f}ms")
+    figures: dict[str, Any] = {"value_bytes": size, "n": args.n, "encode_p50_ms": encode_p50}
+    for compression, ops in results.items():
+        for op, ((r50, r95), (o50, o95)) in zip(("set", "get"), ops, strict=True):
+            figures[f"{compression} {op}"] = {
+                "raw_p50_ms": r50, "raw_p95_ms": r95, "ours_p50_ms": o50, "ours_p95_ms": o95,
+                "p50_ratio": o50 / r50,
+            }  # fmt: skip
+    command = f"bench/offload.py --n {args.n} --mb {args.mb:g}"
+    save("offload", figures, command=command, started=started)
 
 
 if __name__ == "__main__":

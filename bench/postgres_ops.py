@@ -17,6 +17,7 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from record import meta, save
 from tests.postgres_server import running_server
 
 from taskstate import StateStore, TaskScope
@@ -49,6 +50,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=10000, help="operations per measurement")
     args = parser.parse_args()
+    started = meta()
     with running_server() as server:
         PostgresBackend(server.url).migrate()
         store = StateStore(server.url, settings=Settings())
@@ -92,6 +94,12 @@ def main() -> None:
     for op, r50, r95, o50, o95 in rows:
         ratios = f"{o50 / r50:8.2f}× {o95 / r95:8.2f}×"
         print(f"{op:4} {r50:8.1f}µ {r95:8.1f}µ {o50:8.1f}µ {o95:8.1f}µ {ratios}")
+    figures = {
+        op: {"raw_p50_us": r50, "raw_p95_us": r95, "ours_p50_us": o50, "ours_p95_us": o95,
+             "p50_ratio": o50 / r50, "p95_ratio": o95 / r95}
+        for op, r50, r95, o50, o95 in rows
+    }  # fmt: skip
+    save("postgres_ops", figures, command=f"bench/postgres_ops.py --n {args.n}", started=started)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(REPO), str(REPO / "bench")]
 
+from record import meta, save  # noqa: E402
 from tests.aws_server import running_aws  # noqa: E402
 from versus.envs import AirflowHome, Side  # noqa: E402
 from versus.scheduler import Deployment  # noqa: E402
@@ -46,6 +47,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="DAG runs per side")
     args = parser.parse_args()
+    started = meta()
     side = Side("provider durable 3.2", "3.2", taskstate=True)
     side.prepare()
     tasks = [f"{op}_{fault}" for op in OPERATORS for fault in FAULTS]
@@ -76,6 +78,7 @@ def main() -> None:
     print(f"\n{args.runs} DAG runs per side, Airflow 3.2, {len(tasks)} tasks per run\n")
     print("| try 1 SIGKILLed | operator | jobs per logical job, on | off (baseline) | on/off |")
     print("|---|---|--:|--:|--:|")
+    figures: dict[str, object] = {"runs": args.runs}
     for fault in FAULTS:
         for op in OPERATORS:
             task = f"{op}_{fault}"
@@ -86,11 +89,15 @@ def main() -> None:
                 means.append(sum(counts) / len(counts))
                 cells.append(f"{means[-1]:.2f} (max {max(counts)})")
             print(f"| {fault} | {op} | {cells[0]} | {cells[1]} | {means[0] / means[1]:.2f}× |")
+            figures[task] = {"on_mean": means[0], "off_mean": means[1], "cells": cells}
     totals = {on: sum(jobs[on].values()) for on in (True, False)}
     print(
         f"\njobs: {totals[True]} with the setting, {totals[False]} without, for "
         f"{len(jobs[True])} logical jobs each ({totals[True] / totals[False]:.2f}×)"
     )
+    figures["jobs"] = {"on": totals[True], "off": totals[False], "logical": len(jobs[True])}
+    save("provider_durable", figures, command=f"bench/provider_durable.py --runs {args.runs}",
+         started=started)  # fmt: skip
 
 
 if __name__ == "__main__":

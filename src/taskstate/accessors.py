@@ -414,7 +414,8 @@ class AssetStateStore(_Accessor):
 
 class MetaState:
     """taskstate's own per-task-instance markers, beside (never inside) the user's keys: not
-    listed, exported or counted as state, and expiring with the default retention."""
+    listed, exported or counted as state, and expiring with the default retention unless
+    told otherwise."""
 
     def __init__(self, store: StateStore, scope: TaskScope) -> None:
         self._store = store
@@ -424,11 +425,14 @@ class MetaState:
         entry = self._store.backend.get(self._ns, key)
         return None if entry is None else json.loads(entry.value)
 
-    def set(self, key: str, value: JsonValue) -> None:
+    def set(
+        self, key: str, value: JsonValue, *, until: float | Expiry | None = DEFAULT_EXPIRY
+    ) -> None:
+        """`until`: epoch seconds, None (never) or DEFAULT_EXPIRY."""
         now = self._store.clock()
         days = self._store.settings.default_retention_days
-        text = encode_value(value)
-        self._store.backend.set(self._ns, key, text, expires_at(None, days, now), now)
+        when = expires_at(None, days, now) if isinstance(until, Expiry) else until
+        self._store.backend.set(self._ns, key, encode_value(value), when, now)
 
     def clear(self) -> None:
         self._store.backend.clear(self._ns)

@@ -27,7 +27,8 @@ from tests.airflow.harness import AirflowHome
 from tests.resumable import jobsystem
 from tests.s3_server import running_s3, s3_options
 
-from taskstate import AssetScope, StateStore, TaskScope
+from taskstate import NEVER_EXPIRE, AssetScope, StateStore, TaskScope
+from taskstate.airflow.migrate import MIGRATED_KEY
 from taskstate.scope import task_prefix
 from taskstate.settings import Settings
 
@@ -143,6 +144,8 @@ def test_airflow_3_2_writes_task_and_asset_state(upgrade: Upgrade) -> None:
         bulk = store.task_state(TaskScope("ts_upgrade", run, "remember", 0))
         for i in range(BULK):
             bulk.set(f"bulk_{i:03}", {"i": i})
+        forever = store.task_state(TaskScope("ts_upgrade", run, "remember", 1))
+        forever.set("forever", 1, retention=NEVER_EXPIRE)  # its migration marker must not expire
         store.task_state(TaskScope("ts_upgrade", "gone_run", "t")).set("k", 1)
         store.task_state(TaskScope("ts_upgrade", run, "no_such_task")).set("k", 1)
         store.asset_state(AssetScope(name="never_declared")).set("k", 1)
@@ -230,6 +233,20 @@ def test_migration_killed_half_way_then_rerun_gives_the_same_result(upgrade: Upg
     ]
     status, _ = upgrade.after.doctor()["unmigrated state"]  # type: ignore[union-attr]
     assert status == "ok"
+
+    # Each task instance's marker lives as long as its longest-lived key (for ever if one never
+    # expires): doctor must not call it unmigrated while its state is still there.
+    lasts: dict[TaskScope, list[float | None]] = {}
+    for (task_id, map_index, _), entry in expected.items():
+        scope = TaskScope("ts_upgrade", upgrade.run_id, task_id, map_index)
+        lasts.setdefault(scope, []).append(entry.expires_at)
+    assert any(None in expiries for expiries in lasts.values())
+    with upgrade.store() as store:
+        for scope, expiries in lasts.items():
+            marker = store.backend.get(scope.meta_namespace, MIGRATED_KEY)
+            assert marker is not None, scope
+            wanted = None if None in expiries else max(e for e in expiries if e is not None)
+            assert marker.expires_at == wanted, scope
 
 
 def test_a_3_3_task_reconnects_to_the_job_submitted_on_3_2(upgrade: Upgrade) -> None:

@@ -221,18 +221,22 @@ def migrate(
 ) -> Report:
     """Copy live state into Airflow's store; see the module docstring for the rules."""
     report = Report()
-    seen: set[TaskScope] = set()
+    # Task scope -> when its last key expires (None: never), so its marker lives as long as
+    # the state it vouches for: `doctor` must not call a long-lived task instance unmigrated.
+    seen: dict[TaskScope, float | None] = {}
     for scope, entry in _entries(store, prefixes):
         report.counts[_one(airflow, scope, entry, report, dry_run)] += 1
         if isinstance(scope, TaskScope):
-            seen.add(scope)
+            last = seen.get(scope, 0.0)
+            seen[scope] = (
+                None if last is None or entry.expires_at is None else max(last, entry.expires_at)
+            )
         on_key()
     if not dry_run:
         # Every key of these task instances is accounted for (copied, already there, a
-        # conflict reported, or its run gone). Written last: a killed run marks nothing, and
-        # the marker expires with taskstate's default retention (a rerun marks again).
-        for task_scope in seen:
-            store.meta(task_scope).set(MIGRATED_KEY, store.clock())
+        # conflict reported, or its run gone). Written last: a killed run marks nothing.
+        for task_scope, until in seen.items():
+            store.meta(task_scope).set(MIGRATED_KEY, store.clock(), until=until)
     return report
 
 

@@ -32,29 +32,22 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gzip
-import hashlib
 import json
-import math
 import re
 import time
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
+from taskstate.backends.objects import ObjectFiles, digest, parse_storage_options
 from taskstate.errors import BackendError, ConfigError
+from taskstate.redaction import redact_url
 from taskstate.scope import AssetScope, TaskScope
 from taskstate.settings import Settings
 from taskstate.values import decode_value, encode_value
 
 REF_KEY = "__airflow_state_ref__"  # Airflow's wrapper around a worker backend's reference
 _REF = re.compile(r"[0-9a-f]{32}/[0-9a-f]{32}/[0-9a-f]{32}")
-_GZIP_MAGIC = b"\x1f\x8b"  # JSON text never starts with these bytes
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
 
 
 def _namespace(scope: Any) -> str:
@@ -65,7 +58,7 @@ def _namespace(scope: Any) -> str:
     return AssetScope(name=scope.name or None, uri=scope.uri or None).namespace
 
 
-class ObjectStorageStateBackend:
+class ObjectStorageStateBackend(ObjectFiles):
     """Values in object storage (any fsspec URL), references in Airflow 3.3's database.
 
     `[workers] state_store_backend = taskstate.airflow.ObjectStorageStateBackend`
@@ -84,35 +77,19 @@ class ObjectStorageStateBackend:
             url = url or settings.offload_url
             compression = compression or settings.offload_compression
             if storage_options is None:
-                storage_options = _options(settings.offload_storage_options)
+                storage_options = parse_storage_options(settings.offload_storage_options)
         if not url:
             raise ConfigError(
                 "[workers] state_store_backend is taskstate.airflow.ObjectStorageStateBackend "
                 "but [state_store] taskstate_offload_url is not set; set it to e.g. "
                 "s3://bucket/airflow-state or file:///shared/state"
             )
-        try:
-            import fsspec.core
-            from fsspec.implementations.local import LocalFileSystem
-        except ImportError:
-            raise ConfigError(
-                "ObjectStorageStateBackend needs fsspec: pip install 'taskstate[offload]' "
-                "(or 'taskstate[s3]' for s3:// URLs)"
-            ) from None
-        try:
-            self.fs, root = fsspec.core.url_to_fs(url, **storage_options)
-        except (ImportError, ValueError) as exc:
-            raise ConfigError(
-                f"[state_store] taskstate_offload_url = {url!r} cannot be opened: {exc}"
-            ) from None
-        self.url = url
-        self.root = root.rstrip("/")
+        ObjectFiles.__init__(self, url, storage_options, user="ObjectStorageStateBackend")
         self.compression = compression
         self.keep_versions_s = keep_versions_s
-        self._local = isinstance(self.fs, LocalFileSystem)
 
     def __repr__(self) -> str:
-        return f"ObjectStorageStateBackend({self.url!r})"
+        return f"ObjectStorageStateBackend({redact_url(self.url)!r})"
 
     # -- Airflow's worker-backend contract ---------------------------------------------------
 
@@ -129,12 +106,12 @@ class ObjectStorageStateBackend:
         return decode_value(self._read(stored))
 
     def delete(self, scope: Any, key: str, *, session: Any = None) -> None:
-        self._remove_old(f"{self.root}/{_digest(_namespace(scope))}/{_digest(key)}")
+        self._remove_old(f"{self.root}/{digest(_namespace(scope))}/{digest(key)}")
 
     def clear(self, scope: Any, *, all_map_indices: bool = False, session: Any = None) -> None:
         # Airflow's workers clear their own map index only; all_map_indices is for its UI/CLI,
         # whose objects the sweep collects.
-        self._remove_old(f"{self.root}/{_digest(_namespace(scope))}")
+        self._remove_old(f"{self.root}/{digest(_namespace(scope))}")
 
     async def adelete(self, scope: Any, key: str, *, session: Any = None) -> None:
         await asyncio.to_thread(self.delete, scope, key)
@@ -147,15 +124,9 @@ class ObjectStorageStateBackend:
     # -- storage ----------------------------------------------------------------------------
 
     def _put(self, namespace: str, key: str, value: Any) -> str:
-        data = encode_value(value).encode("utf-8")
-        ref = f"{_digest(namespace)}/{_digest(key)}/{uuid.uuid4().hex}"
-        if self.compression == "gzip":
-            data = gzip.compress(data, compresslevel=6, mtime=0)
-        path = f"{self.root}/{ref}"
+        ref = f"{digest(namespace)}/{digest(key)}/{uuid.uuid4().hex}"
         try:
-            if self._local:
-                self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
-            self.fs.pipe_file(path, data)  # a new name: no reader can see it half-written
+            self._put_object(ref, encode_value(value).encode("utf-8"), self.compression)
         except OSError as exc:
             raise BackendError(f"cannot write the state value to {self.url}: {exc}") from exc
         return ref
@@ -164,7 +135,7 @@ class ObjectStorageStateBackend:
         if not _REF.fullmatch(ref):
             raise BackendError(f"not an ObjectStorageStateBackend reference: {ref!r}")
         try:
-            data: bytes = self.fs.cat_file(f"{self.root}/{ref}")
+            return self._get_object(ref)
         except FileNotFoundError:
             raise BackendError(
                 f"the state value {ref} is missing from {self.url}: it was deleted outside "
@@ -172,22 +143,11 @@ class ObjectStorageStateBackend:
             ) from None
         except OSError as exc:
             raise BackendError(f"cannot read the state value from {self.url}: {exc}") from exc
-        if data[:2] == _GZIP_MAGIC:
-            data = gzip.decompress(data)
-        return data.decode("utf-8")
 
     def objects(self, under: str | None = None) -> list[tuple[str, float]]:
         """(ref, modified time) of every object under `under` (default: all); unknown = now."""
-        base = under or self.root
-        with contextlib.suppress(AttributeError):
-            self.fs.invalidate_cache(base)  # object-store listings are cached
-        try:
-            found: dict[str, dict[str, Any]] = self.fs.find(base, detail=True)
-        except FileNotFoundError:
-            return []
-        now = time.time()
         start = len(self.root) + 1
-        return [(path.rstrip("/")[start:], _modified(info, now)) for path, info in found.items()]
+        return [(path[start:], modified) for path, modified in self._objects(under or self.root)]
 
     def cutoff(self) -> float:
         """Objects modified before this are past the grace period. Taken when an operation
@@ -199,34 +159,7 @@ class ObjectStorageStateBackend:
         self.remove([ref for ref, modified in self.objects(under) if modified < cutoff])
 
     def remove(self, refs: list[str]) -> None:
-        if refs:
-            with contextlib.suppress(FileNotFoundError):  # another cleaner got there first
-                self.fs.rm([f"{self.root}/{ref}" for ref in refs])
-
-
-def _options(raw: str | None) -> dict[str, Any]:
-    if not raw:
-        return {}
-    try:
-        options = json.loads(raw)
-    except json.JSONDecodeError:
-        options = None
-    if not isinstance(options, dict):
-        raise ConfigError(
-            f"[state_store] taskstate_offload_storage_options must be a JSON object, got {raw!r}"
-        )
-    return options
-
-
-def _modified(info: dict[str, Any], now: float) -> float:
-    stamp = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
-    if isinstance(stamp, datetime):
-        return stamp.timestamp()
-    try:
-        value = float(stamp) if stamp is not None else math.nan
-    except (TypeError, ValueError):
-        value = math.nan
-    return now if math.isnan(value) else value
+        self._remove_paths([f"{self.root}/{ref}" for ref in refs])
 
 
 # -- taskstate clean --airflow-offload ----------------------------------------------------------

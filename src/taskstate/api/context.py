@@ -8,10 +8,12 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Annotated, Any, NoReturn
 
-from fastapi import Depends, Query, Request, Response
+from fastapi import Depends, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 
+from taskstate.accessors import _Accessor
 from taskstate.api.auth import Auth, Principal
+from taskstate.errors import KeyNotFoundError
 from taskstate.scope import AssetScope
 from taskstate.settings import airflow_option
 from taskstate.store import StateStore, StoredEntry
@@ -152,12 +154,46 @@ def not_modified(if_none_match: str | None, etag: str) -> bool:
     )
 
 
-def entry_response(entry: StoredEntry, body: dict[str, Any], if_none_match: str | None) -> Response:
-    """A GET of one key: its body with the `ETag`, or 304 when the client's copy is current."""
+Render = Callable[[StoredEntry], dict[str, Any]]
+
+
+def page_response(
+    accessor: _Accessor, ctx: AppContext, field: str, render: Render, limit: int, offset: int,
+    key_prefix: str,
+) -> Response:  # fmt: skip
+    """A listing: one page of live keys, ascending, and the total."""
+    limit, offset = page_bounds(ctx, limit, offset)
+    page = accessor.page(limit=limit, offset=offset, key_prefix=key_prefix)
+    return json_response({field: [render(e) for e in page.items], "total_entries": page.total})
+
+
+def entry_response(
+    accessor: _Accessor, key: str, render: Render, if_none_match: str | None, missing: str
+) -> Response:
+    """A GET of one key: its body with the `ETag`, 304 when the client's copy is current, 404
+    (`missing`) when the key is absent or expired."""
+    entry = accessor.entry(key)
+    if entry is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, missing)
     headers = {"ETag": quoted(entry.etag)}
     if not_modified(if_none_match, entry.etag):
         return Response(status_code=304, headers=headers)
-    return json_response(body, headers=headers)
+    return json_response(render(entry), headers=headers)
+
+
+def put_response(
+    accessor: _Accessor, key: str, value: Any, if_match: str | None, if_none_match: str | None,
+    **expiry: Any,
+) -> Response:  # fmt: skip
+    """A PUT: the write under its conditions, 204 with the new `ETag`; `If-Match: *` on an
+    absent key is 412."""
+    try:
+        entry = accessor.write(key, value, **expiry, **write_conditions(if_match, if_none_match))
+    except KeyNotFoundError:
+        raise HTTPException(
+            status.HTTP_412_PRECONDITION_FAILED, f"If-Match: * but key {key!r} is absent"
+        ) from None
+    return Response(status_code=status.HTTP_204_NO_CONTENT, headers={"ETag": quoted(entry.etag)})
 
 
 def unprocessable(loc: tuple[str | int, ...], message: str) -> NoReturn:

@@ -21,13 +21,11 @@ from taskstate.api.context import (
     api_writer,
     asset_entry,
     entry_response,
-    json_response,
-    page_bounds,
-    quoted,
+    page_response,
+    put_response,
     unprocessable,
-    write_conditions,
 )
-from taskstate.errors import InvalidScopeError, KeyNotFoundError
+from taskstate.errors import InvalidScopeError
 from taskstate.scope import AssetScope
 
 ScopeFactory = Callable[[Method], Callable[..., AssetScope]]
@@ -65,10 +63,6 @@ def _by_id(method: Method) -> Callable[..., AssetScope]:
     return dependency
 
 
-def _key_not_found(key: str) -> HTTPException:
-    return HTTPException(status.HTTP_404_NOT_FOUND, f"Asset state store key {key!r} not found")
-
-
 def _router(prefix: str, scope: ScopeFactory) -> APIRouter:
     router = APIRouter(prefix=prefix, tags=["Asset State Store"])
 
@@ -81,10 +75,10 @@ def _router(prefix: str, scope: ScopeFactory) -> APIRouter:
         key_prefix: str = "",
     ) -> Response:
         """Keys of one asset, ascending."""
-        limit, offset = page_bounds(ctx, limit, offset)
-        page = ctx.store.asset_state(asset).page(limit=limit, offset=offset, key_prefix=key_prefix)
-        items = [asset_entry(e) for e in page.items]
-        return json_response({"asset_state_store": items, "total_entries": page.total})
+        accessor = ctx.store.asset_state(asset)
+        return page_response(
+            accessor, ctx, "asset_state_store", asset_entry, limit, offset, key_prefix
+        )
 
     @router.get(
         "/{key:path}",
@@ -98,10 +92,10 @@ def _router(prefix: str, scope: ScopeFactory) -> APIRouter:
         if_none_match: Annotated[str | None, Header()] = None,
     ) -> Response:
         """One key, with its `ETag`; 404 when absent."""
-        entry = ctx.store.asset_state(asset).entry(key)
-        if entry is None:
-            raise _key_not_found(key)
-        return entry_response(entry, asset_entry(entry), if_none_match)
+        missing = f"Asset state store key {key!r} not found"
+        return entry_response(
+            ctx.store.asset_state(asset), key, asset_entry, if_none_match, missing
+        )
 
     @router.put(
         "/{key:path}",
@@ -119,17 +113,8 @@ def _router(prefix: str, scope: ScopeFactory) -> APIRouter:
         if_none_match: Annotated[str | None, Header()] = None,
     ) -> Response:
         """Create or overwrite a key (conditional with `If-Match` / `If-None-Match: *`)."""
-        conditions = write_conditions(if_match, if_none_match)
         accessor = ctx.store.asset_state(asset, writer=api_writer(principal))
-        try:
-            entry = accessor.write(key, body.value, **conditions)
-        except KeyNotFoundError:  # If-Match: * on an absent key
-            raise HTTPException(
-                status.HTTP_412_PRECONDITION_FAILED, f"If-Match: * but key {key!r} is absent"
-            ) from None
-        return Response(
-            status_code=status.HTTP_204_NO_CONTENT, headers={"ETag": quoted(entry.etag)}
-        )
+        return put_response(accessor, key, body.value, if_match, if_none_match)
 
     @router.delete(
         "/{key:path}",

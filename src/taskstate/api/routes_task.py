@@ -22,7 +22,8 @@ from taskstate.api.context import (
     api_writer,
     entry_response,
     json_response,
-    page_bounds,
+    page_response,
+    put_response,
     quoted,
     task_entry,
     write_conditions,
@@ -86,14 +87,8 @@ def _clear_scope(
     return scope
 
 
-def _no_current_entry(key: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_412_PRECONDITION_FAILED, f"If-Match: * but key {key!r} is absent"
-    )
-
-
-def _key_not_found(key: str) -> HTTPException:
-    return HTTPException(status.HTTP_404_NOT_FOUND, f"Task state store key {key!r} not found")
+def _missing(key: str) -> str:
+    return f"Task state store key {key!r} not found"
 
 
 @router.get("", response_model=models.TaskStateCollection)
@@ -105,10 +100,8 @@ def list_task_state(
     key_prefix: str = "",
 ) -> Response:
     """Live keys of one task instance, ascending; expired keys are absent."""
-    limit, offset = page_bounds(ctx, limit, offset)
-    page = ctx.store.task_state(scope).page(limit=limit, offset=offset, key_prefix=key_prefix)
-    body = {"task_state_store": [task_entry(e) for e in page.items], "total_entries": page.total}
-    return json_response(body)
+    accessor = ctx.store.task_state(scope)
+    return page_response(accessor, ctx, "task_state_store", task_entry, limit, offset, key_prefix)
 
 
 @router.get(
@@ -123,10 +116,8 @@ def get_task_state(
     if_none_match: Annotated[str | None, Header()] = None,
 ) -> Response:
     """One key, with its `ETag`; 404 when absent or expired."""
-    entry = ctx.store.task_state(scope).entry(key)
-    if entry is None:
-        raise _key_not_found(key)
-    return entry_response(entry, task_entry(entry), if_none_match)
+    accessor = ctx.store.task_state(scope)
+    return entry_response(accessor, key, task_entry, if_none_match, _missing(key))
 
 
 @router.put(
@@ -146,15 +137,10 @@ def set_task_state(
 ) -> Response:
     """Create or overwrite a key. `If-Match: <etag>` writes only over that version;
     `If-None-Match: *` creates only."""
-    conditions = write_conditions(if_match, if_none_match)
     when = body.expires_at
     expires = DEFAULT_EXPIRY if when == "default" else None if when is None else when.timestamp()
     accessor = ctx.store.task_state(scope, writer=api_writer(principal))
-    try:
-        entry = accessor.write(key, body.value, expires_at=expires, **conditions)
-    except KeyNotFoundError:
-        raise _no_current_entry(key) from None
-    return Response(status_code=status.HTTP_204_NO_CONTENT, headers={"ETag": quoted(entry.etag)})
+    return put_response(accessor, key, body.value, if_match, if_none_match, expires_at=expires)
 
 
 @router.patch("/{key:path}", response_model=None, responses=_NOT_FOUND)
@@ -173,7 +159,7 @@ def patch_task_state(
     try:
         entry = accessor.write(key, body.value, expires_at=KEEP_EXPIRY, **conditions)
     except KeyNotFoundError:
-        raise _key_not_found(key) from None
+        raise HTTPException(status.HTTP_404_NOT_FOUND, _missing(key)) from None
     return json_response(None, headers={"ETag": quoted(entry.etag)})
 
 

@@ -17,34 +17,22 @@ other means), again only past the grace period.
 
 from __future__ import annotations
 
-import contextlib
-import gzip
-import hashlib
-import json
-import math
 import re
 import time
 import uuid
-from datetime import datetime
 from typing import Any
 
 from taskstate.backends.base import WorkerStateBackend
+from taskstate.backends.objects import COMPRESSIONS, ObjectFiles, digest, parse_storage_options
 from taskstate.errors import BackendError, ConfigError, OffloadedValueMissingError
-from taskstate.redaction import redact_json_options, redact_url, scrub, url_secrets
+from taskstate.redaction import redact_url
 from taskstate.settings import Settings
 
-COMPRESSIONS = ("none", "gzip")
-_GZIP_MAGIC = b"\x1f\x8b"  # JSON text never starts with these bytes, so reads need no flag
 # The nonce is absent from references written before schema 2 (content-addressed only).
 _REF = re.compile(r"[0-9a-f]{32}/[0-9a-f]{32}/[0-9a-f]{32}(-[0-9a-f]{16})?")
 
 
-def _digest(text: str | bytes) -> str:
-    data = text.encode("utf-8") if isinstance(text, str) else text
-    return hashlib.sha256(data).hexdigest()[:32]
-
-
-class OffloadBackend(WorkerStateBackend):
+class OffloadBackend(WorkerStateBackend, ObjectFiles):
     """Values in object storage, references in the database.
 
     `url`: base location, e.g. `file:///data/state` or `s3://bucket/state`.
@@ -67,28 +55,10 @@ class OffloadBackend(WorkerStateBackend):
                 f"[state_store] taskstate_offload_compression must be one of "
                 f"{', '.join(COMPRESSIONS)}, got {compression!r}"
             )
-        try:
-            import fsspec.core
-            from fsspec.implementations.local import LocalFileSystem
-        except ImportError:
-            raise ConfigError(
-                "offloading needs fsspec: pip install 'taskstate[offload]' "
-                "(or 'taskstate[s3]' for s3:// URLs)"
-            ) from None
-        try:
-            self.fs, root = fsspec.core.url_to_fs(url, **(storage_options or {}))
-        except (ImportError, ValueError) as exc:
-            reason = scrub(str(exc), url_secrets(url))
-            raise ConfigError(
-                f"[state_store] taskstate_offload_url = {redact_url(url)!r} cannot be opened: "
-                f"{reason}"
-            ) from None
-        self.url = url
-        self.root = root.rstrip("/")
+        ObjectFiles.__init__(self, url, storage_options or {}, user="offloading")
         self.threshold = threshold
         self.compression = compression
         self.keep_versions_s = keep_versions_s
-        self._local = isinstance(self.fs, LocalFileSystem)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OffloadBackend:
@@ -98,22 +68,11 @@ class OffloadBackend(WorkerStateBackend):
                 "taskstate_offload_url is not set; set it to e.g. file:///data/state or "
                 "s3://bucket/state"
             )
-        options: Any = {}
-        if settings.offload_storage_options:
-            try:
-                options = json.loads(settings.offload_storage_options)
-            except json.JSONDecodeError:
-                options = None
-            if not isinstance(options, dict):
-                raise ConfigError(
-                    "[state_store] taskstate_offload_storage_options must be a JSON object, "
-                    f"got {redact_json_options(settings.offload_storage_options)!r}"
-                )
         return cls(
             settings.offload_url,
             threshold=settings.offload_threshold,
             compression=settings.offload_compression,
-            storage_options=options,
+            storage_options=parse_storage_options(settings.offload_storage_options),
         )
 
     def __repr__(self) -> str:
@@ -123,19 +82,9 @@ class OffloadBackend(WorkerStateBackend):
 
     def serialize_to_ref(self, namespace: str, key: str, value: str) -> str:
         data = value.encode("utf-8")
-        ref = f"{_digest(namespace)}/{_digest(key)}/{_digest(data)}-{uuid.uuid4().hex[:16]}"
-        if self.compression == "gzip":
-            data = gzip.compress(data, compresslevel=6, mtime=0)
-        path = f"{self.root}/{ref}"
+        ref = f"{digest(namespace)}/{digest(key)}/{digest(data)}-{uuid.uuid4().hex[:16]}"
         try:
-            if self._local:
-                # A reader must never see a half-written file: write aside, rename.
-                self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
-                tmp = f"{path}.{uuid.uuid4().hex}.tmp"
-                self.fs.pipe_file(tmp, data)
-                self.fs.mv(tmp, path)
-            else:
-                self.fs.pipe_file(path, data)  # object stores replace an object atomically
+            self._put_object(ref, data, self.compression)
         except OSError as exc:
             raise BackendError(f"cannot write the offloaded value to {self.url}: {exc}") from exc
         return ref
@@ -144,7 +93,7 @@ class OffloadBackend(WorkerStateBackend):
         if not _REF.fullmatch(ref):
             raise BackendError(f"not a taskstate offload reference: {ref!r}")
         try:
-            data: bytes = self.fs.cat_file(f"{self.root}/{ref}")
+            return self._get_object(ref)
         except FileNotFoundError:
             raise OffloadedValueMissingError(
                 f"the offloaded value {ref} is missing from {self.url}; it was deleted outside "
@@ -152,20 +101,17 @@ class OffloadBackend(WorkerStateBackend):
             ) from None
         except OSError as exc:
             raise BackendError(f"cannot read the offloaded value from {self.url}: {exc}") from exc
-        if data[:2] == _GZIP_MAGIC:
-            data = gzip.decompress(data)
-        return data.decode("utf-8")
 
     def discard(self, refs: list[str]) -> None:
         self._remove_paths([f"{self.root}/{ref}" for ref in refs if _REF.fullmatch(ref)])
 
     def committed(self, namespace: str, key: str, ref: str) -> None:
         """`ref` is now in the database: prune the key's older objects past the grace period."""
-        keep = f"{self.root}/{ref}"
+        keep, cutoff = f"{self.root}/{ref}", time.time() - self.keep_versions_s
         stale = [
             path
-            for path, age in self._objects(f"{self.root}/{_digest(namespace)}/{_digest(key)}")
-            if path != keep and age >= self.keep_versions_s
+            for path, modified in self._objects(f"{self.root}/{digest(namespace)}/{digest(key)}")
+            if path != keep and modified <= cutoff
         ]
         self._remove_paths(stale)
 
@@ -173,44 +119,12 @@ class OffloadBackend(WorkerStateBackend):
 
     def sweep(self, live_refs: set[str], *, dry_run: bool = False) -> int:
         """Remove objects no live reference names, older than the grace period; returns how many."""
+        cutoff = time.time() - self.keep_versions_s
         orphans = [
             path
-            for path, age in self._objects(self.root)
-            if age >= self.keep_versions_s and path[len(self.root) + 1 :] not in live_refs
+            for path, modified in self._objects(self.root)
+            if modified <= cutoff and path[len(self.root) + 1 :] not in live_refs
         ]
         if not dry_run:
             self._remove_paths(orphans)
         return len(orphans)
-
-    def _objects(self, under: str) -> list[tuple[str, float]]:
-        """(path, age in seconds) of every object under `under`; unknown age counts as new."""
-        with contextlib.suppress(AttributeError):
-            self.fs.invalidate_cache(under)  # listings of object stores are cached
-        try:
-            found: dict[str, dict[str, Any]] = self.fs.find(under, detail=True)
-        except FileNotFoundError:
-            return []
-        now = time.time()
-        return [(path.rstrip("/"), now - _modified(info, now)) for path, info in found.items()]
-
-    def _remove_paths(self, paths: list[str]) -> None:
-        """Remove objects; one already gone (another cleaner got there first) is fine."""
-        if not self._local:
-            if paths:
-                with contextlib.suppress(FileNotFoundError):
-                    self.fs.rm(paths)  # object stores delete in bulk, missing keys included
-            return
-        for path in paths:
-            with contextlib.suppress(FileNotFoundError):
-                self.fs.rm_file(path)
-
-
-def _modified(info: dict[str, Any], now: float) -> float:
-    stamp = info.get("mtime") or info.get("LastModified") or info.get("last_modified")
-    if isinstance(stamp, datetime):
-        return stamp.timestamp()
-    try:
-        value = float(stamp) if stamp is not None else math.nan
-    except (TypeError, ValueError):
-        value = math.nan
-    return now if math.isnan(value) else value
