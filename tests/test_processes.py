@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import random
 import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -171,6 +172,41 @@ def test_acknowledged_writes_survive_sigkill_200_times(tmp_path: Path) -> None:
     assert start > 200  # the children really wrote between kills
 
 
+def test_children_lose_nothing_when_a_parent_thread_held_the_file_open_at_the_fork(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path}/state.db"
+    parent = StateStore(url, settings=Settings())
+    counter = parent.asset_state(AssetScope(name="counter"))
+    counter.set("n", 0)
+    opened, forked = threading.Event(), threading.Event()
+
+    def other_thread() -> None:  # its connection is open when the main thread forks
+        counter.get("n")
+        opened.set()
+        forked.wait(60)
+
+    holder = threading.Thread(target=other_thread)
+    holder.start()
+    assert opened.wait(60)
+    procs = [CTX.Process(target=_increment, args=(url, 1000)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    forked.set()
+    holder.join(60)  # its connection is released now...
+    deadline = time.monotonic() + 60
+    while counter.get("n") < 100 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    parent.close()  # ...and the main thread's: the parent must not act as the WAL's last user
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert (
+        StateStore(url, settings=Settings()).asset_state(AssetScope(name="counter")).get("n")
+        == 8000
+    )
+
+
 def test_a_scan_open_across_a_fork_reads_on_in_the_parent(tmp_path: Path) -> None:
     store = StateStore(f"sqlite:///{tmp_path}/state.db", settings=Settings())
     acc = store.task_state(T)
@@ -184,3 +220,32 @@ def test_a_scan_open_across_a_fork_reads_on_in_the_parent(tmp_path: Path) -> Non
     assert child.exitcode == 0
     assert [first.key, *(r.key for r in rows)] == [f"k{i:03}" for i in range(300)]
     assert acc.get("k299") == 299
+
+
+def test_a_thread_using_the_store_while_another_thread_forks_never_fails(tmp_path: Path) -> None:
+    acc = StateStore(f"sqlite:///{tmp_path}/state.db", settings=Settings()).task_state(T)
+    acc.set("n", 0)
+    errors: list[BaseException] = []
+    done = threading.Event()
+
+    def work() -> None:
+        try:
+            for i in range(1, 20_001):
+                acc.set("n", i)
+                assert acc.get("n") == i
+        except BaseException as exc:  # the assertion is on what the thread raised
+            errors.append(exc)
+        finally:
+            done.set()
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    forks = 0
+    while not done.is_set():  # each fork closes the worker's connection when it looks idle
+        child = CTX.Process(target=time.sleep, args=(0,))
+        child.start()
+        child.join(30)
+        forks += 1
+    worker.join(60)
+    assert errors == [] and forks >= 5
+    assert acc.get("n") == 20_000

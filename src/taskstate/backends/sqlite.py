@@ -167,43 +167,55 @@ def _create_private(path: Path) -> None:
 # a process as a user of the WAL. When the parent later closes its last connection (or the GC
 # closes one it dropped), it believes itself the file's last user, checkpoints and deletes the
 # WAL under the children, and their later commits are lost (seen: 8 children lost 2-24% of their
-# `update`s). So every connection not in use is closed just before fork (threads reopen lazily),
-# and a child never closes a connection it inherited: closing a descriptor drops every POSIX lock
-# the process holds on the file, its own connections' included.
+# `update`s). So:
+# - just before fork, the forking thread's idle connections are closed: a process that forks
+#   from the thread that used the store (the usual case) hands its children nothing;
+# - other threads' connections cannot be closed from here (a close racing a statement crashes
+#   the interpreter), so their files are remembered, and the parent keeps one connection to
+#   each open until it exits: it never becomes the file's last user while children may run;
+# - a child never closes a connection it inherited: closing a descriptor drops every POSIX lock
+#   the process holds on the file, its own connections' included.
 _INHERITED: list[sqlite3.Connection] = []
+_SHARED: set[Path] = set()  # files a child inherited an open connection to
+_KEEPERS: dict[Path, sqlite3.Connection] = {}  # one connection kept open to each of them
 _OPEN: weakref.WeakSet[_Slot] = weakref.WeakSet()
 _forks = 0  # connections opened before the latest fork are not used after it
 
 
-def _release(conn: sqlite3.Connection, pid: int) -> None:
-    if pid == os.getpid():
-        conn.close()
-    else:
+def _release(conn: sqlite3.Connection, pid: int, path: Path) -> None:
+    if pid != os.getpid():
         _INHERITED.append(conn)
+    elif path in _SHARED and path not in _KEEPERS:
+        _KEEPERS[path] = conn
+    else:
+        conn.close()
 
 
 class _Slot:
     """One thread's connection, closed when the slot goes rather than when the cyclic GC gets to
     it (CPython's connections sit in a reference cycle through their statement cache)."""
 
-    __slots__ = ("__weakref__", "conn", "release", "scans")
+    __slots__ = ("__weakref__", "conn", "path", "release", "scans", "thread")
 
-    def __init__(self, conn: sqlite3.Connection) -> None:
-        self.conn = conn
+    def __init__(self, conn: sqlite3.Connection, path: Path) -> None:
+        self.conn, self.path, self.thread = conn, path, threading.get_ident()
         self.scans = 0  # open `scan` iterators: their read transaction is in use
-        self.release = weakref.finalize(self, _release, conn, os.getpid())
+        self.release = weakref.finalize(self, _release, conn, os.getpid(), path)
         _OPEN.add(self)
 
 
 def _before_fork() -> None:
     global _forks
     _forks += 1
+    me = threading.get_ident()
     for slot in list(_OPEN):
         if not slot.release.alive:  # closed already
             _OPEN.discard(slot)
-        elif not slot.scans and not slot.conn.in_transaction:
+        elif slot.thread == me and not slot.scans and not slot.conn.in_transaction:
             slot.release()
             _OPEN.discard(slot)
+        else:
+            _SHARED.add(slot.path)
 
 
 os.register_at_fork(before=_before_fork)
@@ -267,7 +279,8 @@ class SQLiteBackend(StateBackend):
                 raise self._error(exc) from exc
             raise BackendError(f"cannot open the state database {self.path}: {exc}") from exc
         local = self._local
-        local.slot, local.conn, local.pid, local.forks = _Slot(conn), conn, os.getpid(), _forks
+        local.slot, local.conn = _Slot(conn, self.path), conn
+        local.pid, local.forks = os.getpid(), _forks
         return conn
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
