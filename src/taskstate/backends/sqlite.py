@@ -179,6 +179,7 @@ _INHERITED: list[sqlite3.Connection] = []
 _SHARED: set[Path] = set()  # files a child inherited an open connection to
 _KEEPERS: dict[Path, sqlite3.Connection] = {}  # one connection kept open to each of them
 _OPEN: weakref.WeakSet[_Slot] = weakref.WeakSet()
+_OPEN_LOCK = threading.Lock()  # threads open connections while another may be forking
 _forks = 0  # connections opened before the latest fork are not used after it
 
 
@@ -201,24 +202,29 @@ class _Slot:
         self.conn, self.path, self.thread = conn, path, threading.get_ident()
         self.scans = 0  # open `scan` iterators: their read transaction is in use
         self.release = weakref.finalize(self, _release, conn, os.getpid(), path)
-        _OPEN.add(self)
+        with _OPEN_LOCK:
+            _OPEN.add(self)
 
 
 def _before_fork() -> None:
     global _forks
     _forks += 1
     me = threading.get_ident()
-    for slot in list(_OPEN):
-        if not slot.release.alive:  # closed already
+    with _OPEN_LOCK:
+        for slot in list(_OPEN):
+            if slot.release.alive and (slot.thread != me or slot.scans or slot.conn.in_transaction):
+                _SHARED.add(slot.path)
+                continue
+            slot.release()  # closes it, unless it is closed already
             _OPEN.discard(slot)
-        elif slot.thread == me and not slot.scans and not slot.conn.in_transaction:
-            slot.release()
-            _OPEN.discard(slot)
-        else:
-            _SHARED.add(slot.path)
 
 
-os.register_at_fork(before=_before_fork)
+def _after_fork_in_child() -> None:
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()  # another thread of the parent may have held it
+
+
+os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class SQLiteBackend(StateBackend):
