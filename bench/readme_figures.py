@@ -6,7 +6,8 @@
 Each figure sits between `<!-- figures:NAME -->` and `<!-- /figures:NAME -->` in README.md and
 comes from one report: `headline` from bench/RESULTS.json (`make bench`), `kills` from
 bench/results/resumable_faults.json, `lint` from bench/results/lint_speed.json, `cleanup`
-from bench/results/cleanup_scale.json. A figure the report lacks is left out, not invented.
+from bench/results/cleanup_scale.json, `http` from bench/results/http_ops.json, `metrics` from
+bench/results/store_ops_metrics.json. A figure the report lacks is left out, not invented.
 """
 
 from __future__ import annotations
@@ -77,6 +78,42 @@ def cleanup() -> str:
         f"writer in another process waited at most {sqlite['during_max_ms']:,.0f} ms and "
         f"{pg['during_max_ms']:,.0f} ms for one `set` ({_when(record)}; "
         "`bench/cleanup_scale.py`)"
+    )
+
+
+def http() -> str:
+    record = _load("results/http_ops.json")
+    f = record["figures"]
+    ours, theirs = f["latency"]["taskstate"], f["latency"]["airflow-3.3.2"]
+
+    def versus(op: str) -> str:
+        a, b = theirs[f"{op} p50_ms"], ours[f"{op} p50_ms"]
+        return f"{b:.2f} ms vs Airflow 3.3.2's {a:.2f} ms ({a / b:.1f}×)"
+
+    clients = record["command"].split("--clients ")[1].split()[0]
+    load = f["throughput"]["taskstate"]
+    airflow = f["throughput"]["airflow-3.3.2"]
+    return (
+        f"On one keep-alive connection a `PUT` takes {versus('set')} and a `GET` "
+        f"{versus('get')} at p50; {clients} concurrent clients got {load['rps']:,.0f} "
+        f"requests/s ({load['errors']} errors, p99 {1000 * load['p99']:.0f} ms) where Airflow "
+        f"3.3.2's API served {airflow['rps']:,.0f} ({airflow['errors']} errors) — both servers "
+        f"one worker on loopback, SQLite behind them ({_when(record)}; `bench/http_ops.py`)"
+    )
+
+
+def metrics() -> str:
+    record = _load("results/store_ops_metrics.json")
+    f = record["figures"]["metrics"]
+
+    def cost(op: str, side: str) -> float:
+        return float(f[op][side]["p50_us"] / f[op]["plain"]["p50_us"])
+
+    return (
+        f"a `set` costs {cost('set', 'statsd'):.2f}× and a `get` {cost('get', 'statsd'):.2f}× "
+        f"an accessor without metrics code with StatsD on, {cost('set', 'off'):.2f}× and "
+        f"{cost('get', 'off'):.2f}× with metrics off (p50; {_when(record)}; "
+        "`bench/store_ops.py --metrics-only`)"
     )
 
 
@@ -174,6 +211,8 @@ FIGURES: dict[str, Callable[[], str]] = {
     "kills": kills,
     "lint": lint,
     "cleanup": cleanup,
+    "http": http,
+    "metrics": metrics,
 }
 
 

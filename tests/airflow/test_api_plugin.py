@@ -95,6 +95,16 @@ def test_asset_state_by_name_or_uri_and_by_airflows_id(deployment: Deployment, r
         assert http.get(f"{V2}/assets/999999/state-store").status_code == 404
         listed = http.get(f"{V2}/assets").json()["assets"]
         assert {"name": next(iter(query.values())), "keys": 1} in listed
+    if deployment.major >= 3:  # the id Airflow's auth manager is asked about, as for its routes
+        lookup = deployment.home.python(
+            "-c",
+            "from taskstate import AssetScope\n"
+            "from taskstate.airflow.api_hosting import asset_id\n"
+            "print(asset_id(AssetScope(name='ts_api_orders')), "
+            "asset_id(AssetScope(name='no_such_asset')))",
+        )
+        assert lookup.returncode == 0, lookup.stderr
+        assert lookup.stdout.split() == [str(asset_id), "None"]
 
 
 def test_permissions_are_airflows(deployment: Deployment, run_id: str) -> None:

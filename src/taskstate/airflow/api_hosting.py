@@ -47,6 +47,29 @@ def asset_by_id(asset_id: int) -> AssetScope | None:
         return AssetScope(name=name or None, uri=row.uri)
 
 
+def asset_id(asset: AssetScope) -> int | None:
+    """Airflow 3's id of the asset that name (and URI) address, preferring an active asset;
+    None when Airflow has no such asset or the name alone is ambiguous."""
+    from airflow.models.asset import AssetActive, AssetModel
+    from airflow.utils.session import create_session
+    from sqlalchemy import select
+
+    query = select(AssetModel.id)
+    if asset.name:
+        query = query.where(AssetModel.name == asset.name)
+    if asset.uri:
+        query = query.where(AssetModel.uri == asset.uri)
+    active = query.join(
+        AssetActive, (AssetActive.name == AssetModel.name) & (AssetActive.uri == AssetModel.uri)
+    )
+    with create_session() as session:
+        for candidates in (active, query):
+            ids = session.scalars(candidates.limit(2)).all()
+            if ids:
+                return int(ids[0]) if len(ids) == 1 else None
+    return None
+
+
 def airflow_hosting() -> Hosting:
     from taskstate.airflow.fencing import running_try
 

@@ -1,7 +1,8 @@
 """The HTTP API on Airflow 3's api-server: users authenticate as with Airflow's own API (the
 bearer JWT from `/auth/token`, or the UI's `_token` cookie) and Airflow's auth manager decides:
 task state needs the DAG's task-instance permission for the method, asset state the asset
-permission. taskstate tokens are accepted too (checked first; they name their audience)."""
+permission (asked with the asset's id, as Airflow's own asset routes ask). taskstate tokens are
+accepted too (checked first; they name their audience)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from taskstate.airflow.api_hosting import airflow_hosting
+from taskstate.airflow.api_hosting import airflow_hosting, asset_id
 from taskstate.api.app import create_app
 from taskstate.api.auth import Auth, Method, Principal, TokenAuthenticator, Unauthenticated, bearer
 from taskstate.api.tokens import SigningKeys
@@ -26,7 +27,7 @@ class AirflowUser:
         self.user = user
         self.auth_manager = auth_manager
         self._dags: dict[tuple[str, Method], bool] = {}
-        self._assets: dict[Method, bool] = {}
+        self._assets: dict[tuple[AssetScope, Method], bool] = {}
 
     @property
     def subject(self) -> str:
@@ -52,16 +53,19 @@ class AirflowUser:
         return self._dags[dag_id, method]
 
     def may_asset(self, asset: AssetScope, method: Method) -> bool:
-        # Airflow's auth managers grant asset access per method, not per asset.
-        if method not in self._assets:
+        # As Airflow's own asset routes do: the asset's id in the details, for auth managers
+        # that grant access per asset (one unknown to Airflow is asked about without an id).
+        if (asset, method) not in self._assets:
             from airflow.api_fastapi.auth.managers.models.resource_details import AssetDetails
 
-            self._assets[method] = bool(
+            found = asset_id(asset)
+            details = AssetDetails(id=None if found is None else str(found))
+            self._assets[asset, method] = bool(
                 self.auth_manager.is_authorized_asset(
-                    method=method, details=AssetDetails(), user=self.user
+                    method=method, details=details, user=self.user
                 )
             )
-        return self._assets[method]
+        return self._assets[asset, method]
 
 
 async def airflow_user(request: Request) -> Principal | None:
