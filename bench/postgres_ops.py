@@ -62,7 +62,7 @@ def main() -> None:
 
         def raw_set(i: int) -> None:  # a hand-written store: serialise, one prepared upsert
             now = time.time()
-            params = (ns, f"k{i % 100}", json.dumps(value), now + 30 * 86400, now)
+            params = (ns, f"k{i % 100}", json.dumps(value), now + 30 * 86400, now, None)
             cursor.execute(_SET, params, prepare=True)
 
         def raw_get(i: int) -> None:
