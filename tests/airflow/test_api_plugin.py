@@ -104,7 +104,7 @@ def test_asset_state_by_name_or_uri_and_by_airflows_id(deployment: Deployment, r
             "asset_id(AssetScope(name='no_such_asset')))",
         )
         assert lookup.returncode == 0, lookup.stderr
-        assert lookup.stdout.split() == [str(asset_id), "None"]
+        assert lookup.stdout.splitlines()[-1].split() == [str(asset_id), "None"]  # after logs
 
 
 def test_permissions_are_airflows(deployment: Deployment, run_id: str) -> None:
