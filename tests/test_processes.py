@@ -43,6 +43,13 @@ def test_update_from_8_processes_loses_nothing(tmp_path: Path) -> None:
     )
 
 
+def _wait_until_writing(counter: Any) -> None:
+    """Until the forked children have made 100 updates (at most a minute)."""
+    deadline = time.monotonic() + 60
+    while counter.get("n") < 100 and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
 def test_children_lose_nothing_when_the_parent_closes_its_store_while_they_write(
     tmp_path: Path,
 ) -> None:
@@ -53,9 +60,7 @@ def test_children_lose_nothing_when_the_parent_closes_its_store_while_they_write
     procs = [CTX.Process(target=_increment, args=(url, 1000)) for _ in range(8)]
     for p in procs:
         p.start()
-    deadline = time.monotonic() + 60
-    while counter.get("n") < 100 and time.monotonic() < deadline:
-        time.sleep(0.001)
+    _wait_until_writing(counter)
     parent.close()  # mid-run: the children must still own the WAL
     for p in procs:
         p.join(120)
@@ -194,9 +199,7 @@ def test_children_lose_nothing_when_a_parent_thread_held_the_file_open_at_the_fo
         p.start()
     forked.set()
     holder.join(60)  # its connection is released now...
-    deadline = time.monotonic() + 60
-    while counter.get("n") < 100 and time.monotonic() < deadline:
-        time.sleep(0.001)
+    _wait_until_writing(counter)
     parent.close()  # ...and the main thread's: the parent must not act as the WAL's last user
     for p in procs:
         p.join(120)
