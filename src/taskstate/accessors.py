@@ -96,12 +96,13 @@ class _Accessor:
         found = self._backend.get(self._ns, key)
         if found is None or not is_live(found.expires_at, self._clock()):
             return None
-        if found.updated_at is None:  # a third-party backend's `get` without it: look it up
+        at = found.updated_at
+        if at is None:  # a third-party backend's `get` without it: look it up
             now = self._clock()
             rows = self._backend.rows(self._ns, now, key_prefix=key)
             return next((self._store.entry_of(r) for r in rows if r.key == key), None)
-        value, expires, by, at = found
-        return self._store.entry_of(Row(self._ns, key, value, expires, at, by))
+        row = Row(self._ns, key, found.value, found.expires_at, at, found.updated_by)
+        return self._store.entry_of(row)
 
     def page(self, *, limit: int = 50, offset: int = 0, key_prefix: str = "") -> Page[StoredEntry]:
         """Live keys in ascending order, `limit` from `offset`, optionally under `key_prefix`;
