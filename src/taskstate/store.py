@@ -16,6 +16,7 @@ from taskstate.accessors import AssetStateStore, MetaState, TaskStateStore, _Acc
 from taskstate.backends import load_worker_backend, open_backend
 from taskstate.backends.base import Row, SchemaStatus, StateBackend, WorkerStateBackend
 from taskstate.cleanup import CleanupResult, delete_expired
+from taskstate.discovery import Discovery
 from taskstate.errors import BackendError, OffloadedValueMissingError
 from taskstate.metrics import Metrics, configured
 from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
@@ -152,6 +153,10 @@ class StateStore:
         """Each scope under `prefix` that holds live state, with its number of keys."""
         for namespace, rows in groupby(self.live_rows(prefix), key=lambda row: row.namespace):
             yield parse_namespace(namespace), sum(1 for _ in rows)
+
+    def discovery(self) -> Discovery:
+        """Which DAGs, runs, task instances and assets hold live state, paged (indexed)."""
+        return Discovery(self.backend, self.clock())
 
     # -- maintenance --------------------------------------------------------------------------
 
