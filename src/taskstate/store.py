@@ -72,9 +72,14 @@ class StateStore:
         worker_backend: WorkerStateBackend | None = None,
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
+        create: bool = True,
     ) -> None:
+        """`create=False`: reading a SQLite file that does not exist raises
+        `DatabaseMissingError` instead of creating it."""
         self.settings = settings if settings is not None else Settings.load()
-        self.backend = backend if backend is not None else open_backend(url, self.settings)
+        self.backend = (
+            backend if backend is not None else open_backend(url, self.settings, create=create)
+        )
         self.worker_backend = (
             worker_backend if worker_backend is not None else load_worker_backend(self.settings)
         )
