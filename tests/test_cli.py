@@ -429,3 +429,57 @@ def test_doctor_shows_option_names_sources_and_whether_credentials_are_set(
     )  # fmt: skip
     assert bad.returncode == 1
     assert "[state_store] default_retention_days must be >= 0" in bad.stdout, bad.stdout
+
+
+def test_every_write_says_who_wrote_it(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 30.4: CLI writes were recorded as written by the task; `import` re-stamped
+    `updated_at` and re-attributed every row."""
+    import getpass
+    import time
+
+    person = {"kind": "api", "via": "cli", "user": getpass.getuser()}
+    run("task", "set", "by_cli", "1", *SCOPE)
+    run("asset", "set", "by_cli", "1", "--name", "orders")
+    store = StateStore(run.url, settings=Settings())
+    task = TaskScope("d", "r", "t")
+    store.task_state(task).set("by_task", 2)  # plain Python: the task itself
+    ops = {"kind": "api", "subject": "ops"}
+    store.task_state(task, writer=ops).set("by_ops", 3)
+    entries = {(type(s).__name__, e.key): e for s, e in store.entries()}
+    assert entries["TaskScope", "by_cli"].updated_by == person
+    assert entries["AssetScope", "by_cli"].updated_by == person
+    assert entries["TaskScope", "by_task"].updated_by == {
+        "kind": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1
+    }  # fmt: skip
+    assert entries["TaskScope", "by_ops"].updated_by == ops
+    listed = json.loads(run("task", "list", "--dag-id", "d", "-o", "json").stdout)
+    assert {r["key"]: r["updated_by"] for r in listed}["by_cli"] == person
+
+    dump = run("export").stdout
+    lines = [json.loads(line) for line in dump.splitlines()]
+    assert all({"updated_at", "updated_by"} <= set(line) for line in lines)
+    time.sleep(0.05)  # an import that re-stamps would now differ
+    copy_url = f"sqlite:///{tmp_path}/copy.db"
+    subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", copy_url, "import"],
+        input=dump, text=True, capture_output=True, check=True,
+    )  # fmt: skip
+    copied = {(type(s).__name__, e.key): e for s, e in StateStore(copy_url).entries()}
+    assert {k: (e.updated_at, e.updated_by) for k, e in copied.items()} == {
+        k: (e.updated_at, e.updated_by) for k, e in entries.items()
+    }
+
+    # An older file names no writer and no time: now, and "via import".
+    old = {"scope": "asset", "asset": "old", "key": "k", "value": 1}
+    before = time.time()
+    run("import", stdin=json.dumps(old) + "\n")
+    entry = StateStore(run.url, settings=Settings()).asset_state(AssetScope(name="old")).entry("k")
+    assert entry is not None and before <= entry.updated_at <= time.time()
+    assert entry.updated_by == {"kind": "api", "via": "import", "user": getpass.getuser()}
+    # A writer outside Airflow's kinds is refused, and nothing of the file is written.
+    bad = {**old, "key": "k2", "updated_by": {"kind": "person"}}
+    proc = run("import", stdin=json.dumps({**old, "key": "k1"}) + "\n" + json.dumps(bad), ok=False)
+    assert "line 2: updated_by must be null or a writer whose kind is one of task" in proc.stderr
+    assert StateStore(run.url, settings=Settings()).asset_state(AssetScope(name="old")).keys() == [
+        "k"
+    ]

@@ -22,6 +22,7 @@ from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, task_prefix
 from taskstate.settings import shown_options
 from taskstate.store import AssetStateStore, StateStore, StoredEntry, TaskStateStore
 from taskstate.values import NEVER_EXPIRE
+from taskstate.writers import cli_writer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -213,10 +214,13 @@ def _task_options(require_all: bool) -> Callable[[F], F]:
 
 
 def _task(
-    dag_id: str, run_id: str, task_id: str, map_index: int | None, *, create: bool = False
+    dag_id: str, run_id: str, task_id: str, map_index: int | None, *, write: bool = False
 ) -> TaskStateStore:
-    return _store(create=create).task_state(
-        TaskScope(dag_id, run_id, task_id, -1 if map_index is None else map_index)
+    """`write`: the command writes (a missing SQLite file may be created, and the rows record
+    the person at the command as their writer)."""
+    return _store(create=write).task_state(
+        TaskScope(dag_id, run_id, task_id, -1 if map_index is None else map_index),
+        writer=cli_writer() if write else None,
     )
 
 
@@ -226,10 +230,12 @@ def _asset_options(fn: F) -> F:
     return fn
 
 
-def _asset(name: str | None, uri: str | None, *, create: bool = False) -> AssetStateStore:
+def _asset(name: str | None, uri: str | None, *, write: bool = False) -> AssetStateStore:
     if name is None and uri is None:
         raise click.UsageError("give the asset's --name or --uri")
-    return _store(create=create).asset_state(AssetScope(name=name, uri=uri))
+    return _store(create=write).asset_state(
+        AssetScope(name=name, uri=uri), writer=cli_writer() if write else None
+    )
 
 
 # -- shared read/write commands ------------------------------------------------------------
@@ -393,7 +399,7 @@ def task_set(
         else (None if retention_days is None else timedelta(days=retention_days))
     )
     parsed = value if text else _parse_json_value(value)
-    _task(dag_id, run_id, task_id, map_index, create=True).set(key, parsed, retention=retention)
+    _task(dag_id, run_id, task_id, map_index, write=True).set(key, parsed, retention=retention)
 
 
 @task.command("delete")
@@ -454,7 +460,7 @@ def asset_get(key: str, name: str | None, uri: str | None, as_json: bool) -> Non
 @click.option("--text", is_flag=True, help="Store VALUE as a string instead of parsing JSON.")
 def asset_set(key: str, value: str, name: str | None, uri: str | None, text: bool) -> None:
     """Set KEY to VALUE (JSON)."""
-    _asset(name, uri, create=True).set(key, value if text else _parse_json_value(value))
+    _asset(name, uri, write=True).set(key, value if text else _parse_json_value(value))
 
 
 @asset.command("delete")
