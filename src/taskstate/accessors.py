@@ -30,13 +30,10 @@ from taskstate.stored import (
     Expiry,
     Page,
     StoredEntry,
-    Writer,
     canonical,
     etag_of,
     is_live,
     stored_ref,
-    task_writer,
-    writer_text,
 )
 from taskstate.values import (
     JsonValue,
@@ -45,6 +42,7 @@ from taskstate.values import (
     encode_value,
     expires_at,
 )
+from taskstate.writers import Writer, task_writer, writer_text
 
 if TYPE_CHECKING:
     from taskstate.store import StateStore

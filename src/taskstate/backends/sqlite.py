@@ -39,7 +39,7 @@ from taskstate.backends.base import (
     like_matcher,
     prefix_upper_bound,
 )
-from taskstate.errors import BackendBusyError, BackendError, ConfigError
+from taskstate.errors import BackendBusyError, BackendError, ConfigError, DatabaseMissingError
 from taskstate.redaction import redact_url
 
 T = TypeVar("T")
@@ -274,8 +274,11 @@ os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class SQLiteBackend(StateBackend):
-    def __init__(self, url: str, *, busy_timeout_s: float = 60.0) -> None:
+    def __init__(self, url: str, *, busy_timeout_s: float = 60.0, create: bool = True) -> None:
+        """`create=False`: a missing file is a `DatabaseMissingError` instead of a new, empty
+        database (so a read with a mistyped path does not leave a file behind)."""
         self.url = url
+        self._create = create
         self.path = path_from_url(url)
         options = {k: v[-1].lower() for k, v in parse_qs(urlsplit(url).query).items()}
         self._synchronous = options.get("synchronous", "normal")
@@ -310,6 +313,12 @@ class SQLiteBackend(StateBackend):
         return BackendError(f"the state database {self.path}: {exc}")
 
     def _open(self) -> sqlite3.Connection:
+        if not self._create and not self.path.exists():
+            raise DatabaseMissingError(
+                f"there is no state database at {self.path}: nothing was written there yet, or "
+                "the path is mistyped (check --url or [state_store] taskstate_url); reads do "
+                "not create it, a write does"
+            )
         try:
             _create_private(self.path)
         except OSError as exc:
