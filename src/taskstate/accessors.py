@@ -330,6 +330,17 @@ class TaskStateStore(_Accessor):
 
     `retention`: None → `[state_store] default_retention_days` (0 = never), a `timedelta`,
     or `NEVER_EXPIRE`. An expired key reads as absent.
+
+    >>> import tempfile
+    >>> from taskstate import StateStore, TaskScope
+    >>> store = StateStore(f"sqlite:///{tempfile.mkdtemp()}/state.db")
+    >>> state = store.task_state(TaskScope("etl", "run_1", "load"))
+    >>> state.update("rows", lambda n: n + 10, default=0)
+    10
+    >>> state.compare_and_set("owner", None, "try 1"), state.compare_and_set("owner", None, "try 2")
+    (True, False)
+    >>> state.delete("rows"); state.items()
+    [('owner', 'try 1')]
     """
 
     scope: TaskScope
