@@ -30,6 +30,13 @@ def test_the_wheel_carries_the_ui_and_types_and_installs_into_a_clean_venv(
     build = [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist)]
     subprocess.run([*build, str(ROOT)], check=True, capture_output=True, env=_clean_env())
     (wheel,) = dist.glob("taskstate-*-py3-none-any.whl")
+    # README's install line and docs/install.md name the wheel this very command builds.
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "python -m build --wheel" in readme
+    assert f"pip install 'dist/{wheel.name}[airflow,postgres]'" in readme
+    assert f"pip install 'dist/{wheel.name}[airflow,postgres]'" in (
+        ROOT / "docs" / "install.md"
+    ).read_text(encoding="utf-8")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         entry_points = next(
