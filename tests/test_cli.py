@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -285,6 +286,18 @@ def test_listings_speak_table_json_yaml_and_plain(run) -> None:  # type: ignore[
     ]  # fmt: skip
     assert line.split()[:5] == [run_id, "extract", "-1", "cursor", '{"a":']
     assert "┃" not in header and "…" not in line  # no borders, nothing cut
+    # An 80-column terminal: the table folds a long run id instead of cutting it with "…".
+    narrow = subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", run.url, "task", "list", "--dag-id", "d"],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "FORCE_COLOR": "1", "COLUMNS": "80"},
+    ).stdout  # fmt: skip
+    plain_text = re.sub(r"\x1b\[[0-9;]*m", "", narrow)
+    assert max(len(line) for line in plain_text.splitlines()) <= 80 and "…" not in plain_text
+    first_column = [
+        line.split("│")[1].strip() for line in plain_text.splitlines() if line[:1] == "│"
+    ]
+    assert "".join(first_column) == run_id
     assets = run("asset", "list", "-o", "plain").stdout.splitlines()
     assert assets[1].split()[:3] == ["orders", "watermark", "2026"]
     assert "unknown" not in run("task", "list", "--dag-id", "d", "-o", "xml", ok=False).stderr
