@@ -282,7 +282,8 @@ def test_listings_speak_table_json_yaml_and_plain(run) -> None:  # type: ignore[
     assert yaml.safe_load(run("task", "list", "--dag-id", "d", "-o", "yaml").stdout) == as_json
     header, line = run("task", "list", "--dag-id", "d", "--output", "plain").stdout.splitlines()
     assert header.split() == [
-        "run_id", "task_id", "map_index", "key", "value", "expires_at", "updated_at"
+        "run_id", "task_id", "map_index", "key", "value", "expires_at", "updated_at",
+        "updated_by",
     ]  # fmt: skip
     assert line.split()[:5] == [run_id, "extract", "-1", "cursor", '{"a":']
     assert "┃" not in header and "…" not in line  # no borders, nothing cut
@@ -467,6 +468,9 @@ def test_every_write_says_who_wrote_it(run, tmp_path: Path) -> None:  # type: ig
     assert entries["TaskScope", "by_ops"].updated_by == ops
     listed = json.loads(run("task", "list", "--dag-id", "d", "-o", "json").stdout)
     assert {r["key"]: r["updated_by"] for r in listed}["by_cli"] == person
+    table = run("task", "list", "--dag-id", "d", "-o", "plain").stdout.splitlines()
+    by = {line.split()[3]: line.split(None, 7)[-1] for line in table[1:]}
+    assert by == {"by_cli": f"cli: {person['user']}", "by_ops": "api: ops", "by_task": "task"}
 
     dump = run("export").stdout
     lines = [json.loads(line) for line in dump.splitlines()]
