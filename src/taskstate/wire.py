@@ -72,8 +72,10 @@ FIELDS: Final = frozenset(
     | HEALTH_FIELDS
 )
 """Every name the API's bodies and query strings use (a test holds models.py and app.js to it)."""
-ROUTES: Final = (HEALTH, DAGS, DAG_RUNS, TASK_INSTANCES, TASK_STATE, TASK_META, ASSETS)
-ROUTES += (ASSET_STATE, ASSET_STATE_BY_ID, UI_ACCESS)
+ROUTES: Final = (
+    *(HEALTH, DAGS, DAG_RUNS, TASK_INSTANCES, TASK_STATE, TASK_META),
+    *(ASSETS, ASSET_STATE, ASSET_STATE_BY_ID, UI_ACCESS),
+)
 ROUTES_WITH_KEYS: Final = (TASK_STATE, TASK_META, ASSET_STATE, ASSET_STATE_BY_ID)
 
 # -- headers ---------------------------------------------------------------------------------
