@@ -39,7 +39,9 @@ ATTEMPTS = 100  # 412s in a row before giving up (each means another writer won)
 class _Remote(_Accessor):
     """What the task and asset accessors over HTTP share: one route, its query, the wire."""
 
-    def __init__(self, store: StateStore, scope: TaskScope | AssetScope, writer: Any) -> None:
+    def __init__(
+        self, store: StateStore, scope: TaskScope | AssetScope, writer: Any = None
+    ) -> None:
         super().__init__(store, scope, writer)
         assert isinstance(store.backend, HttpBackend)
         self._http = store.backend.http
