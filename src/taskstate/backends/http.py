@@ -127,6 +127,15 @@ class HttpClient:
         sent.update(request.headers)
         return sent
 
+    def _arguments(self, request: Request) -> dict[str, Any]:
+        return {
+            "method": request.method,
+            "url": self.base + request.path,
+            "params": request.params,
+            "content": request.body,
+            "headers": self._headers(request),
+        }
+
     def client(self) -> httpx.Client:
         """One keep-alive client per process (a forked worker gets its own connections)."""
         pid = os.getpid()
@@ -153,13 +162,7 @@ class HttpClient:
         retry = Retry(self.host, self.retry_window)
         while True:
             try:
-                response = self.client().request(
-                    request.method,
-                    self.base + request.path,
-                    params=request.params,
-                    content=request.body,
-                    headers=self._headers(request),
-                )
+                response = self.client().request(**self._arguments(request))
             except httpx.TransportError as exc:
                 time.sleep(retry.after(exc, request.idempotent))
                 continue
@@ -173,13 +176,7 @@ class HttpClient:
         retry = Retry(self.host, self.retry_window)
         while True:
             try:
-                response = await self._aclient().request(
-                    request.method,
-                    self.base + request.path,
-                    params=request.params,
-                    content=request.body,
-                    headers=self._headers(request),
-                )
+                response = await self._aclient().request(**self._arguments(request))
             except httpx.TransportError as exc:
                 await asyncio.sleep(retry.after(exc, request.idempotent))
                 continue
