@@ -274,7 +274,11 @@ def test_database_only_operations_say_where_to_run(served: Server) -> None:
     """`cleanup`, `db migrate` and `import` over HTTP raise instead of reporting 0;
     `clear_task`, `entries` and `scopes` have routes."""
     store = _store(served.url)
-    for call in (store.cleanup, store.migrate, lambda: store.import_entries([(T, "k", 1, None)])):
+    for call in (
+        store.cleanup,
+        store.migrate,
+        lambda: store.import_entries([(T, "k", 1, None, None, None)]),
+    ):
         with pytest.raises(ConfigError, match="where the database is"):
             call()
     for index in (-1, 2):
