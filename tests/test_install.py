@@ -73,6 +73,18 @@ def test_the_wheel_carries_the_ui_and_types_and_installs_into_a_clean_venv(
         capture_output=True, text=True, check=True, env=_clean_env(),
     ).stdout  # fmt: skip
     assert version.strip() == "taskstate 0.1.0"
+    url = f"sqlite:///{tmp_path}/s.db"
+    subprocess.run(
+        [str(venv / "bin" / "taskstate"), "--url", url, "task", "set", "k", "1", "--dag-id", "d",
+         "--run-id", "r", "--task-id", "t"],
+        check=True, env=_clean_env(),
+    )  # fmt: skip
+    listing = subprocess.run(  # PyYAML is not a dependency: -o yaml says what to install
+        [str(venv / "bin" / "taskstate"), "--url", url, "task", "list", "--dag-id", "d", "-o",
+         "yaml"],
+        capture_output=True, text=True, env=_clean_env(),
+    )  # fmt: skip
+    assert listing.returncode == 1 and "pip install pyyaml" in listing.stderr, listing.stderr
 
     demo = subprocess.run(
         [str(python), str(ROOT / "examples" / "plain" / "run_demo.py")],
