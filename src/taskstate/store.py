@@ -15,7 +15,7 @@ from typing import Any
 from taskstate.accessors import AssetStateStore, MetaState, TaskStateStore, _Accessor
 from taskstate.backends import load_worker_backend, open_backend
 from taskstate.backends.base import Row, SchemaStatus, StateBackend, WorkerStateBackend
-from taskstate.cleanup import CleanupResult, delete_expired
+from taskstate.cleanup import CleanupResult, LiveRefIndex, delete_expired
 from taskstate.discovery import Discovery
 from taskstate.errors import BackendError, ConfigError, OffloadedValueMissingError
 from taskstate.metrics import Metrics, configured
@@ -269,13 +269,15 @@ class StateStore:
             return result
         # An expired row reads as absent, so its object is an orphan even before (dry run)
         # or after (a key expiring meanwhile) the row itself goes.
+        # The references go to a temporary file, not a set: memory stays bounded by a batch.
         now = self.clock()
-        live = {
+        refs = (
             ref
             for row in self.backend.scan()
             if is_live(row.expires_at, now) and (ref := stored_ref(row.value)) is not None
-        }
-        return result.with_orphans(worker.sweep(live, dry_run=dry_run))
+        )
+        with LiveRefIndex(refs) as live:
+            return result.with_orphans(worker.sweep_orphans(live, dry_run=dry_run))
 
     def describe(self) -> str:
         """Which backend holds the state, never with credentials (for logs, doctor, health)."""

@@ -249,3 +249,25 @@ def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: st
     assert backend.count(ns, NOW, exact=True) == BIG_KEYS
     assert len(backend.groups("t\x1f", NOW)) == 40
     backend.close()
+
+
+@pytest.mark.postgres
+def test_an_online_index_build_that_died_is_rebuilt_by_the_next_migrate(
+    fresh_postgres_url: str,
+) -> None:
+    backend = PostgresBackend(fresh_postgres_url)
+    assert backend.migrate() == list(range(1, len(pg.MIGRATIONS) + 1))
+    backend.set("ns", "k", "1", None, NOW)
+    index = pg._ONLINE[4]
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        # What a CREATE INDEX CONCURRENTLY killed midway leaves: an invalid index, unrecorded.
+        conn.execute(
+            f"UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{index}'::regclass"
+        )
+        conn.execute(f"DELETE FROM {pg.VERSION_TABLE} WHERE version >= 4")
+        assert pg._index_state(conn, index) == "invalid"
+    assert backend.migrate() == list(range(4, len(pg.MIGRATIONS) + 1))
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        assert pg._index_state(conn, index) == "valid"
+    assert [r.key for r in backend.rows("ns", NOW)] == ["k"]
+    backend.close()

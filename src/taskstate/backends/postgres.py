@@ -705,17 +705,22 @@ class PostgresBackend(StateBackend):
         # The schema may not exist yet, so this cannot go through the pool (whose first
         # connection checks it). Each step is one transaction (a retry is always safe), except
         # an online index build, which runs between them on its own and is idempotent.
-        while (online := self._direct(functools.partial(self._migrate_step, applied))) is not None:
-            self._direct(
-                functools.partial(_build_index, index=_ONLINE[online], sql=MIGRATIONS[online - 1])
+        while True:
+            done, online = self._direct(self._migrate_step)
+            applied += done
+            if online is None:
+                return applied
+            build = functools.partial(
+                _build_index, index=_ONLINE[online], sql=MIGRATIONS[online - 1]
             )
-        return applied
+            self._direct(build)
 
-    def _migrate_step(self, applied: list[int], conn: psycopg.Connection[Any]) -> int | None:
+    def _migrate_step(self, conn: psycopg.Connection[Any]) -> tuple[list[int], int | None]:
         """Under the migration lock (transaction-level: nothing outlives the transaction, so
         this works through PgBouncer's transaction pooling): apply and record pending versions
-        up to the first online one whose index is not built yet; return that version, or None
-        when the schema is current."""
+        up to the first online one whose index is not built yet. Returns the versions applied
+        and that online version (None: the schema is current)."""
+        applied: list[int] = []
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute(_CREATE_VERSION_TABLE)
@@ -728,12 +733,12 @@ class PostgresBackend(StateBackend):
             for version in range(current + 1, len(MIGRATIONS) + 1):
                 if version in _ONLINE:
                     if _index_state(conn, _ONLINE[version]) != "valid":
-                        return version
+                        return applied, version
                 else:
                     conn.execute(MIGRATIONS[version - 1])
                 conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (version,))
                 applied.append(version)
-        return None
+        return applied, None
 
     def _direct(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
         """One short-lived connection outside the pool, with the same retries."""
