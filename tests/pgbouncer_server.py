@@ -113,12 +113,14 @@ class PgBouncer:
             except psycopg.OperationalError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                log = (self.root / "pgbouncer.log").read_text() if self._has_log() else ""
-                raise RuntimeError(f"pgbouncer did not start: {log[-2000:]}")
+                raise RuntimeError(f"pgbouncer did not start: {self.log()[-2000:]}")
             time.sleep(0.05)
 
     def _has_log(self) -> bool:
         return (self.root / "pgbouncer.log").exists()
+
+    def log(self) -> str:
+        return (self.root / "pgbouncer.log").read_text() if self._has_log() else ""
 
     def route(self, server_url: str) -> str:
         """`server_url` (any database on the same server) through this PgBouncer."""

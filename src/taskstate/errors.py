@@ -98,6 +98,12 @@ class OffloadedValueMissingError(BackendError):
     """A row names an offloaded object that is not in object storage."""
 
 
+class DatabaseMissingError(BackendError, FileNotFoundError):
+    """A read found no SQLite state database at its path (a mistyped path, or nothing written
+    there yet). Reads that may not create the file raise it (the CLI's reads); writes create
+    the file."""
+
+
 class SchemaMissingError(BackendError):
     """The backend's tables are missing or outdated; run `taskstate db migrate`."""
 

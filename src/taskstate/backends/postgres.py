@@ -38,6 +38,7 @@ import functools
 import os
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -105,7 +106,15 @@ MIGRATIONS: list[str] = [
     ALTER TABLE {TABLE} DROP CONSTRAINT {TABLE}_pkey, ADD PRIMARY KEY (namespace_md5, key_md5);
     CREATE INDEX {TABLE}_order ON {TABLE} ((left(namespace, 200)));
     """,
+    # 4: one namespace's keys in order (listings page in the database: a 20,000-key task
+    # instance's first page reads one page of the index). A key is at most 512 characters, so
+    # it fits a b-tree entry whole. Built without blocking writers (see `_ONLINE`).
+    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {TABLE}_keys ON {TABLE} (namespace_md5, key)",
 ]
+# Versions whose statement cannot run in a transaction (CREATE INDEX CONCURRENTLY): applied
+# alone, on an autocommit connection, then recorded; each is idempotent, so a migration that
+# dies midway is finished by the next `db migrate`. Value: the index it builds, checked valid.
+_ONLINE = {4: f"{TABLE}_keys"}
 
 # Serialises concurrent `migrate()` calls (pg_advisory_xact_lock key; "tsdb" in ASCII).
 _MIGRATION_LOCK = 0x74736462
@@ -117,7 +126,7 @@ _CURRENT_VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"
 
 # One key, found through the primary key; parameters (namespace, key).
 _KEY = "(namespace_md5, key_md5) = (md5(%s)::uuid, md5(%s)::uuid)"
-_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE {_KEY}"
+_GET = f"SELECT value, expires_at, updated_by, updated_at FROM {TABLE} WHERE {_KEY}"
 _LOCK = _GET + " FOR UPDATE"
 _INSERT = (
     f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
@@ -155,6 +164,54 @@ _SCAN_COLUMNS = f"SELECT namespace, key, value, expires_at, updated_at, updated_
 _SCAN_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} {_ORDER}"
 _SCAN_RANGE_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} AND {_RANGE} {_ORDER}"
 _SCAN_PAGE_SIZE = 1000
+# Listings: one namespace's live keys in order, through the (namespace_md5, key) index.
+_LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"  # taskstate.stored.is_live in SQL
+# (The namespace's hash is its identity, as for point operations: re-checking the namespace
+# itself would make the planner underestimate a big namespace and sort it instead.)
+_IN_NAMESPACE = (
+    "namespace_md5 = md5(%(ns)s)::uuid AND key >= %(lo)s "
+    f"AND (%(hi)s::text IS NULL OR key < %(hi)s) AND {_LIVE}"
+)
+_ROWS = f"{_SCAN_COLUMNS} WHERE {_IN_NAMESPACE} ORDER BY key LIMIT %(limit)s OFFSET %(offset)s"
+_COUNT_IN = f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_IN_NAMESPACE} LIMIT %(cap)s) c"
+_COUNT_RANGE = (
+    f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_RANGE} AND {_LIVE} LIMIT %(cap)s) c"
+)
+# Discovery: a skip scan over the order index, one seek per distinct field: the first live row
+# at or past `at`, then past its field (the namespace with the field's end bumped from the
+# separator, \x1f, to " "). The index holds 200-character prefixes: a prefix shorter than that
+# is the namespace itself; a longer one (rare) takes the least namespace sharing it.
+_FIRST_FROM = (
+    "(SELECT CASE WHEN length(q.p) < 200 THEN q.p ELSE "
+    f"(SELECT min(namespace) FROM {TABLE} WHERE left(namespace, 200) = q.p "
+    f"AND namespace >= {{at}} AND namespace < %(hi)s AND {_LIVE}) END "
+    f"FROM (SELECT left(namespace, 200) AS p FROM {TABLE} "
+    "WHERE left(namespace, 200) >= left({at}, 200) AND left(namespace, 200) <= left(%(hi)s, 200) "
+    f"AND namespace >= {{at}} AND namespace < %(hi)s AND {_LIVE} "
+    "ORDER BY left(namespace, 200) LIMIT 1) q)"
+)
+_REST = "substr(ns, %(n)s + 1)"
+_FIELD_END = f"strpos({_REST}, chr(31))"
+_NEXT = {
+    True: "ns || chr(1)",
+    False: f"CASE {_FIELD_END} WHEN 0 THEN ns || chr(1) "
+    f"ELSE left(ns, %(n)s + {_FIELD_END} - 1) || ' ' END",
+}
+_FIELD = {
+    True: _REST,
+    False: f"CASE {_FIELD_END} WHEN 0 THEN {_REST} "
+    f"ELSE substr(ns, %(n)s + 1, {_FIELD_END} - 1) END",
+}
+_GROUPS = {
+    whole: (
+        f"WITH RECURSIVE skip(ns) AS (SELECT {_FIRST_FROM.format(at='%(lo)s')} "
+        f"UNION ALL SELECT {_FIRST_FROM.format(at=_NEXT[whole])} FROM skip WHERE ns IS NOT NULL) "
+        f"SELECT field FROM (SELECT {_FIELD[whole]} AS field FROM skip WHERE ns IS NOT NULL) f "
+        "WHERE %(like)s = '' OR field LIKE %(like)s"
+    )
+    for whole in (True, False)
+}
+_TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= %s"
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= %s"
 # One batch: pick victims through the expires_at index, delete them by physical address (a TID
@@ -353,7 +410,11 @@ class PostgresBackend(StateBackend):
                     # Not a bound method: the pool must not keep the backend alive (its
                     # finaliser closes the pool).
                     configure=functools.partial(_configure, mode=self._prepare_mode),
-                    min_size=1,
+                    # Connections only on demand: with min_size=1 the pool grows a second one
+                    # whenever a caller waits for the first (at start, after an outage), so a
+                    # single-threaded task held two. Now it holds exactly the ones it uses at
+                    # once, and closes one left unused for max_idle (10 min).
+                    min_size=0,
                     max_size=self._pool_size,
                     timeout=self._connect_timeout_s,
                     num_workers=1,
@@ -573,6 +634,56 @@ class PostgresBackend(StateBackend):
         params.update(lo=prefix, hi=prefix_upper_bound(prefix))
         return conn.execute(_SCAN_RANGE_PAGE, params, prepare=conn.prepare).fetchall()
 
+    def rows(
+        self, namespace: str, now: float, *, key_prefix: str = "", limit: int = -1, offset: int = 0
+    ) -> list[Row]:
+        params = {
+            "ns": namespace,
+            "lo": key_prefix,
+            "hi": prefix_upper_bound(key_prefix) if key_prefix else None,
+            "now": now,
+            "limit": None if limit < 0 else limit,
+            "offset": offset,
+        }
+        found = self._run(lambda conn: conn.execute(_ROWS, params).fetchall())
+        return [Row(*row) for row in found]
+
+    def count(
+        self,
+        prefix: str,
+        now: float,
+        *,
+        exact: bool = False,
+        key_prefix: str = "",
+        cap: int | None = None,
+    ) -> int:
+        params: dict[str, Any] = {"now": now, "cap": cap}
+        if exact:
+            hi = prefix_upper_bound(key_prefix) if key_prefix else None
+            params.update(ns=prefix, lo=key_prefix, hi=hi)
+        else:
+            params.update(lo=prefix, hi=prefix_upper_bound(prefix) if prefix else _TOP)
+
+        def op(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute(_COUNT_IN if exact else _COUNT_RANGE, params).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._run(op)
+
+    def groups(
+        self, prefix: str, now: float, *, whole: bool = False, start: str = "", like: str = ""
+    ) -> list[str]:
+        lo = prefix + start
+        params = {
+            "lo": lo,
+            "hi": prefix_upper_bound(lo) if lo else _TOP,
+            "now": now,
+            "n": len(prefix),
+            "like": like,
+        }
+        found = self._run(lambda conn: conn.execute(_GROUPS[whole], params).fetchall())
+        return [row[0] for row in found]
+
     def count_expired(self, now: float) -> int:
         def op(conn: psycopg.Connection[Any]) -> int:
             row = conn.execute(_COUNT_EXPIRED, (now,)).fetchone()
@@ -594,26 +705,39 @@ class PostgresBackend(StateBackend):
         return SchemaStatus(self._direct(_current_version), len(MIGRATIONS))
 
     def migrate(self) -> list[int]:
-        def op(conn: psycopg.Connection[Any]) -> list[int]:
-            applied: list[int] = []
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                conn.execute(_CREATE_VERSION_TABLE)
-                current = _current_version(conn) or 0
-                if current > len(MIGRATIONS):
-                    raise BackendError(
-                        f"PostgreSQL at {self.server} has taskstate schema version {current}, "
-                        f"newer than this taskstate knows ({len(MIGRATIONS)}); upgrade taskstate"
-                    )
-                for version in range(current + 1, len(MIGRATIONS) + 1):
-                    conn.execute(MIGRATIONS[version - 1])
-                    conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (version,))
-                    applied.append(version)
-            return applied
-
+        applied: list[int] = []
         # The schema may not exist yet, so this cannot go through the pool (whose first
-        # connection checks it); migrations are one transaction, so a retry is always safe.
-        return self._direct(op)
+        # connection checks it). Each step is one transaction (a retry is always safe), except
+        # an online index build, which runs between them on its own and is idempotent.
+        while (online := self._direct(functools.partial(self._migrate_step, applied))) is not None:
+            self._direct(
+                functools.partial(_build_index, index=_ONLINE[online], sql=MIGRATIONS[online - 1])
+            )
+        return applied
+
+    def _migrate_step(self, applied: list[int], conn: psycopg.Connection[Any]) -> int | None:
+        """Under the migration lock (transaction-level: nothing outlives the transaction, so
+        this works through PgBouncer's transaction pooling): apply and record pending versions
+        up to the first online one whose index is not built yet; return that version, or None
+        when the schema is current."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(_CREATE_VERSION_TABLE)
+            current = _current_version(conn) or 0
+            if current > len(MIGRATIONS):
+                raise BackendError(
+                    f"PostgreSQL at {self.server} has taskstate schema version {current}, "
+                    f"newer than this taskstate knows ({len(MIGRATIONS)}); upgrade taskstate"
+                )
+            for version in range(current + 1, len(MIGRATIONS) + 1):
+                if version in _ONLINE:
+                    if _index_state(conn, _ONLINE[version]) != "valid":
+                        return version
+                else:
+                    conn.execute(MIGRATIONS[version - 1])
+                conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (version,))
+                applied.append(version)
+        return None
 
     def _direct(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
         """One short-lived connection outside the pool, with the same retries."""
@@ -653,6 +777,30 @@ def _release_pool(pool: ConnectionPool[Any], pid: int) -> None:
         pool.close()
     else:
         _INHERITED.append(pool)  # the parent's: closing it here would end its sessions
+
+
+def _index_state(conn: psycopg.Connection[Any], index: str) -> str:
+    """ "valid", "absent", "building" (another session's CREATE INDEX CONCURRENTLY is running)
+    or "invalid" (a build that died: its leftover must be dropped before building again)."""
+    row = conn.execute(
+        "SELECT i.indisvalid, EXISTS (SELECT FROM pg_stat_progress_create_index p "
+        "WHERE p.index_relid = i.indexrelid) FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
+        (index,),
+    ).fetchone()
+    if row is None:
+        return "absent"
+    return "valid" if row[0] else "building" if row[1] else "invalid"
+
+
+def _build_index(conn: psycopg.Connection[Any], *, index: str, sql: str) -> None:
+    """Build one index without blocking writers (autocommit: CONCURRENTLY cannot run in a
+    transaction). Waits while another migrator builds it; drops a dead build's leftover."""
+    while (state := _index_state(conn, index)) == "building":
+        time.sleep(0.5)
+    if state == "invalid":
+        conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index}")
+    if state != "valid":
+        conn.execute(sql)
 
 
 def _current_version(conn: psycopg.Connection[Any]) -> int | None:
