@@ -50,6 +50,27 @@ def paired_percentiles(
     return result[0], result[1]
 
 
+def compare(
+    sides: tuple[str, str], rows: list[tuple[str, float, float, float, float]]
+) -> dict[str, dict[str, float]]:
+    """Print (op, base p50, base p95, other p50, other p95) rows with the ratios other / base;
+    return them as figures."""
+    base, other = sides
+    print(
+        f"{'op':6} {base + ' p50':>9} {base + ' p95':>9} {other + ' p50':>9} {other + ' p95':>9} "
+        f"{'p50 ratio':>9} {'p95 ratio':>9}"
+    )
+    figures = {}
+    for op, b50, b95, o50, o95 in rows:
+        ratios = f"{o50 / b50:8.2f}× {o95 / b95:8.2f}×"
+        print(f"{op:6} {b50:8.1f}µ {b95:8.1f}µ {o50:8.1f}µ {o95:8.1f}µ {ratios}")
+        figures[op] = {
+            f"{base}_p50_us": b50, f"{base}_p95_us": b95, f"{other}_p50_us": o50,
+            f"{other}_p95_us": o95, "p50_ratio": o50 / b50, "p95_ratio": o95 / b95,
+        }  # fmt: skip
+    return figures
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=10000, help="operations per measurement")
@@ -115,32 +136,10 @@ def main() -> None:
         unprepared_store.close()
 
     print(f"taskstate task accessor vs raw psycopg on the same PostgreSQL server, n={args.n}")
-    print(
-        f"{'op':4} {'raw p50':>9} {'raw p95':>9} {'ours p50':>9} {'ours p95':>9} "
-        f"{'p50 ratio':>9} {'p95 ratio':>9}"
-    )
-    for op, r50, r95, o50, o95 in rows:
-        ratios = f"{o50 / r50:8.2f}× {o95 / r95:8.2f}×"
-        print(f"{op:4} {r50:8.1f}µ {r95:8.1f}µ {o50:8.1f}µ {o95:8.1f}µ {ratios}")
+    figures: dict[str, object] = compare(("raw", "ours"), rows)
     print(f"\nthe accessor with server-side prepared statements vs prepare=off, n={args.n}")
-    print(
-        f"{'op':6} {'on p50':>9} {'on p95':>9} {'off p50':>9} {'off p95':>9} "
-        f"{'p50 ratio':>9} {'p95 ratio':>9}"
-    )
-    for op, n50, n95, f50, f95 in prepare_rows:
-        ratios = f"{f50 / n50:8.2f}× {f95 / n95:8.2f}×"
-        print(f"{op:6} {n50:8.1f}µ {n95:8.1f}µ {f50:8.1f}µ {f95:8.1f}µ {ratios}")
-    figures: dict[str, object] = {
-        op: {"raw_p50_us": r50, "raw_p95_us": r95, "ours_p50_us": o50, "ours_p95_us": o95,
-             "p50_ratio": o50 / r50, "p95_ratio": o95 / r95}
-        for op, r50, r95, o50, o95 in rows
-    }  # fmt: skip
+    figures["prepare"] = compare(("on", "off"), prepare_rows)
     print("load average (1, 5, 15 min): {:.1f} {:.1f} {:.1f}".format(*os.getloadavg()))
-    figures["prepare"] = {
-        op: {"on_p50_us": n50, "on_p95_us": n95, "off_p50_us": f50, "off_p95_us": f95,
-             "p50_ratio": f50 / n50, "p95_ratio": f95 / n95}
-        for op, n50, n95, f50, f95 in prepare_rows
-    }  # fmt: skip
     save("postgres_ops", figures, command=f"bench/postgres_ops.py --n {args.n}", started=started)
 
 

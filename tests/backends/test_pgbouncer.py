@@ -21,8 +21,8 @@ import pytest
 from tests.pgbouncer_server import PgBouncer, running_pgbouncer
 from tests.postgres_server import PostgresServer
 
-from taskstate.backends.postgres import PostgresBackend
-from taskstate.errors import BackendUnavailableError
+from taskstate.backends.postgres import PostgresBackend, take_prepare_option
+from taskstate.errors import BackendUnavailableError, ConfigError
 from taskstate.testing.contract import NOW
 
 pytestmark = pytest.mark.postgres
@@ -174,3 +174,29 @@ def test_an_idle_store_holds_no_server_connection_in_transaction_mode(
     assert _ours(pgbouncer, "CLIENTS")  # our pooled client connection is still open...
     assert all(not row["link"] for row in _ours(pgbouncer, "SERVERS"))  # ...linked to none
     backend.close()
+
+
+def test_statements_are_prepared_only_where_the_session_ends_at_postgres(
+    pgbouncer: PgBouncer, postgres_url: str
+) -> None:
+    through = pgbouncer.route(postgres_url)
+    PostgresBackend(postgres_url).migrate()
+    for url, prepared in (
+        (postgres_url, True),  # auto, direct
+        (through, False),  # auto, behind a transaction pooler
+        (postgres_url + "?prepare=off", False),
+        (through + "?application_name=forced&prepare=on", True),
+    ):
+        backend = PostgresBackend(url)
+        assert backend._run(lambda conn: conn.prepare) is prepared, url
+        backend.set("ns", "prepared", "1", None, NOW)  # libpq never saw `prepare`
+        backend.close()
+
+
+def test_a_bad_prepare_option_names_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"prepare=auto .*prepare=on or prepare=off"):
+        PostgresBackend("postgresql://u:hunter2@127.0.0.1:5432/db?prepare=yes")
+    assert take_prepare_option("postgresql://h/db?sslmode=disable&prepare=OFF") == (
+        "postgresql://h/db?sslmode=disable",
+        False,
+    )
