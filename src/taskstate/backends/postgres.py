@@ -410,7 +410,11 @@ class PostgresBackend(StateBackend):
                     # Not a bound method: the pool must not keep the backend alive (its
                     # finaliser closes the pool).
                     configure=functools.partial(_configure, mode=self._prepare_mode),
-                    min_size=1,
+                    # Connections only on demand: with min_size=1 the pool grows a second one
+                    # whenever a caller waits for the first (at start, after an outage), so a
+                    # single-threaded task held two. Now it holds exactly the ones it uses at
+                    # once, and closes one left unused for max_idle (10 min).
+                    min_size=0,
                     max_size=self._pool_size,
                     timeout=self._connect_timeout_s,
                     num_workers=1,
