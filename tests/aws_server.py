@@ -5,9 +5,13 @@ PyPI, in the dev env) in a subprocess, with what the tests need that moto lacks:
   `job_seconds` after it was submitted (when it is next described);
 - Glue job runs go STARTING → RUNNING → SUCCEEDED by moto's own state manager, one step per
   `job_seconds / 2`;
+- Athena query executions go QUEUED → RUNNING → SUCCEEDED the same way, and a
+  `StartQueryExecution` with a `ClientRequestToken` seen before returns that execution instead
+  of starting another, as Athena does (moto ignores the token);
 - a ledger: one JSON line per submission the service accepted (Redshift Data
-  `ExecuteStatement`, Glue `StartJobRun`), which is what "how many jobs ran" is counted from.
-  Its `logical` is the first quoted string of the SQL, or the run's `--logical` argument.
+  `ExecuteStatement`, Glue `StartJobRun`, Athena `StartQueryExecution`), which is what "how many
+  jobs ran" is counted from. Its `logical` is the first quoted string of the SQL, or the run's
+  `--logical` argument.
 
 Run as a script it is the server (`python tests/aws_server.py PORT LEDGER JOB_SECONDS`).
 """
@@ -74,6 +78,7 @@ def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
 
 
 def _serve(port: int, ledger: Path, job_seconds: float) -> None:
+    from moto.athena.responses import AthenaResponse
     from moto.glue.models import GlueBackend
     from moto.moto_api import state_manager
     from moto.redshiftdata.models import RedshiftDataAPIServiceBackend
@@ -109,6 +114,28 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
         record({"service": "glue", "id": run_id, "job": name, "logical": logical})
         return run_id
 
+    start_query = AthenaResponse.start_query_execution
+    by_token: dict[str, str] = {}
+
+    def start_query_execution(self: Any) -> Any:
+        token = self._get_param("ClientRequestToken")
+        if token in by_token:
+            return json.dumps({"QueryExecutionId": by_token[token]})
+        answer = start_query(self)
+        if isinstance(answer, str):  # accepted (an error comes back as a tuple)
+            execution_id = json.loads(answer)["QueryExecutionId"]
+            if token:
+                by_token[token] = execution_id
+            query = self._get_param("QueryString")
+            logical = query.split("'")[1] if "'" in query else None
+            record({"service": "athena", "id": execution_id, "logical": logical})
+        return answer
+
+    AthenaResponse.start_query_execution = start_query_execution  # type: ignore[method-assign]
+    state_manager.set_transition(
+        model_name="athena::execution",
+        transition={"progression": "time", "seconds": job_seconds / 2},
+    )
     RedshiftDataAPIServiceBackend.execute_statement = execute  # type: ignore[method-assign]
     RedshiftDataAPIServiceBackend.describe_statement = describe  # type: ignore[method-assign]
     GlueBackend.start_job_run = start  # type: ignore[method-assign]
