@@ -222,7 +222,7 @@ def _handler(jobs: _Jobs, service: str) -> type[BaseHTTPRequestHandler]:
             "status": "succeeded" if jobs.done(job["id"]) else "running",
             "jobType": "sync",
             "connectionId": job["connectionId"],
-            "startTime": "2025-01-01T00:00:00Z",
+            "startTime": job["startTime"],
         }
 
     def airbyte(h: Any, method: str, path: str, query: dict[str, list[str]]) -> None:
@@ -230,9 +230,9 @@ def _handler(jobs: _Jobs, service: str) -> type[BaseHTTPRequestHandler]:
             return h.answer({"access_token": "t", "token_type": "Bearer", "expires_in": 3600})
         if method == "POST" and path == "/v1/jobs":
             body = h.body()
-            created = jobs.add(
-                "airbyte", {"connectionId": body["connectionId"]}, body["connectionId"]
-            )
+            now = datetime.datetime.now(datetime.timezone.utc).isoformat()
+            job = {"connectionId": body["connectionId"], "startTime": now}
+            created = jobs.add("airbyte", job, body["connectionId"])
             return h.answer(airbyte_job(created))
         if method == "GET" and path.startswith("/v1/jobs/"):
             job = jobs.jobs.get(int(path.rsplit("/", 1)[1]))

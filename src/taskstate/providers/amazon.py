@@ -30,7 +30,7 @@ TOKEN_TAG = "taskstate-token"
 __all__ = ["AthenaOperator", "BatchOperator", "EcsRunTaskOperator"]
 
 
-class AthenaOperator(ProviderJob, _Athena):
+class AthenaOperator(ProviderJob, _Athena):  # type: ignore[misc]  # the provider is untyped here
     """`AthenaOperator`, crash-safe in blocking mode. Returns the query execution id."""
 
     external_id_key = "athena_query_execution_id"  # upstream's key on Airflow 3.3's mixin
@@ -67,10 +67,10 @@ class AthenaOperator(ProviderJob, _Athena):
         return str(self.hook.check_query_status(external_id))
 
     def is_job_active(self, status: str) -> bool:
-        return status in self.hook.INTERMEDIATE_STATES
+        return bool(status in self.hook.INTERMEDIATE_STATES)
 
     def is_job_succeeded(self, status: str) -> bool:
-        return status in self.hook.SUCCESS_STATES
+        return bool(status in self.hook.SUCCESS_STATES)
 
     def poll_until_complete(self, external_id: Any, context: Any) -> None:
         from airflow.exceptions import AirflowException
@@ -103,7 +103,7 @@ class AthenaOperator(ProviderJob, _Athena):
         return same_query and info.get("WorkGroup", self.workgroup) == self.workgroup
 
 
-class BatchOperator(ProviderJob, _Batch):
+class BatchOperator(ProviderJob, _Batch):  # type: ignore[misc]  # the provider is untyped here
     """`BatchOperator`, crash-safe in blocking mode (waiting for completion, not deferrable).
     Returns the job id."""
 
@@ -114,7 +114,7 @@ class BatchOperator(ProviderJob, _Batch):
 
     def submit_job(self, context: Any) -> Any:
         token = self.submission_token(context)
-        tags = self.tags
+        tags: Any = getattr(self, "tags", None)
         if token is not None:
             self.tags = {**(tags or {}), TOKEN_TAG: token}
         try:
@@ -143,16 +143,16 @@ class BatchOperator(ProviderJob, _Batch):
         token = self.recorded_token(context)
         if token is not None:
             return (jobs[0].get("tags") or {}).get(TOKEN_TAG) == token
-        return jobs[0].get("jobName") == self.job_name
+        return bool(jobs[0].get("jobName") == self.job_name)
 
     def get_job_status(self, external_id: Any, context: Any) -> str:
         return str(self.hook.get_job_description(external_id)["status"])
 
     def is_job_active(self, status: str) -> bool:
-        return status in self.hook.INTERMEDIATE_STATES
+        return bool(status in self.hook.INTERMEDIATE_STATES)
 
     def is_job_succeeded(self, status: str) -> bool:
-        return status == self.hook.SUCCESS_STATE
+        return bool(status == self.hook.SUCCESS_STATE)
 
     def poll_until_complete(self, external_id: Any, context: Any) -> None:
         self.job_id = external_id
@@ -163,7 +163,7 @@ class BatchOperator(ProviderJob, _Batch):
         return external_id
 
 
-class EcsRunTaskOperator(ProviderJob, _Ecs):
+class EcsRunTaskOperator(ProviderJob, _Ecs):  # type: ignore[misc]  # the provider is untyped here
     """`EcsRunTaskOperator`, crash-safe in blocking mode (waiting for completion, not
     deferrable). Returns what the provider returns: the task's last log line when it fetches
     logs and pushes XComs, else None. `reattach` is not needed (the token does its job)."""
@@ -229,8 +229,10 @@ class EcsRunTaskOperator(ProviderJob, _Ecs):
         status = str(task.get("lastStatus"))
         if status != "STOPPED":
             return status
-        codes = [c.get("exitCode") for c in task.get("containers", [])]
-        return "STOPPED exit 0" if codes and all(code == 0 for code in codes) else "STOPPED failed"
+        # As the provider's success check: every container stopped, with exit code 0.
+        containers = task.get("containers", [])
+        done = all(c.get("lastStatus") == "STOPPED" and c.get("exitCode") == 0 for c in containers)
+        return "STOPPED exit 0" if containers and done else "STOPPED failed"
 
     def is_job_active(self, status: str) -> bool:
         return not status.startswith(("STOPPED", "DELETED", "MISSING"))

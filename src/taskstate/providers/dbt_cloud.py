@@ -22,7 +22,7 @@ RUNS_SEARCHED = 100  # find_job reads the job's newest runs, one page
 __all__ = ["DbtCloudRunJobOperator"]
 
 
-class DbtCloudRunJobOperator(ProviderJob, _DbtCloud):
+class DbtCloudRunJobOperator(ProviderJob, _DbtCloud):  # type: ignore[misc]  # the provider is untyped here
     """`DbtCloudRunJobOperator`, crash-safe in blocking mode. Returns the run id."""
 
     external_id_key = "dbt_cloud_run_id"
@@ -31,19 +31,20 @@ class DbtCloudRunJobOperator(ProviderJob, _DbtCloud):
         return bool(self.wait_for_termination) and not self.deferrable
 
     def _job(self) -> int:
-        if self.job_id is None:
+        job_id: Any = getattr(self, "job_id", None)
+        if job_id is None:
             if not all([self.project_name, self.environment_name, self.job_name]):
                 raise ValueError(
                     "Either job_id or project_name, environment_name, and job_name must be "
                     "provided."
                 )
-            self.job_id = self.hook.get_job_by_name(
+            job_id = self.job_id = self.hook.get_job_by_name(
                 account_id=self.account_id,
                 project_name=self.project_name,
                 environment_name=self.environment_name,
                 job_name=self.job_name,
             )["id"]
-        return int(self.job_id)
+        return int(job_id)
 
     def _cause(self, context: Any, token: str | None) -> str:
         reason = self.trigger_reason or (
@@ -123,7 +124,7 @@ class DbtCloudRunJobOperator(ProviderJob, _DbtCloud):
         return not DbtCloudJobRunStatus.is_terminal(DbtCloudJobRunStatus[status].value)
 
     def is_job_succeeded(self, status: str) -> bool:
-        return status == DbtCloudJobRunStatus.SUCCESS.name
+        return bool(status == DbtCloudJobRunStatus.SUCCESS.name)
 
     def poll_until_complete(self, external_id: Any, context: Any) -> None:
         self.run_id = external_id

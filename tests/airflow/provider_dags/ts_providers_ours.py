@@ -9,11 +9,11 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
 The fault is a SIGKILL of the task process under a scheduler, an exception under `dags test`:
 TS_PROVIDER_FAULT = kill | raise | none. Two DAGs: `ts_providers_ours` (every operator at every
 point) and `ts_providers_ours_window` (every operator at `in_window`). Where the services are:
-the run's conf, else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`, `ca`, `out`), applied to the
-task process's environment (connections, the fake's CA bundle) before the operator runs. Each
-job names its logical job (`<run_id>|<task_id>`) in what the service records: the query, the
-Batch job's parameters, the ECS container's environment, the dbt run's cause, the Airbyte
-connection id. Each finished try writes a report to `<out>/<task_id>.json`.
+the run's conf, else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`, `ca`,
+`out`), applied to the task process's environment (connections, the fake's CA bundle) before
+the operator runs. Each job names its logical job (`<run_id>|<task_id>`) in what the service
+records: the query, the Batch job's parameters, the ECS container's environment, the dbt run's
+cause, the Airbyte connection id. Each finished try writes a report to `<out>/<task_id>.json`.
 """
 
 from __future__ import annotations
