@@ -8,12 +8,14 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
 
 The fault is a SIGKILL of the task process under a scheduler, an exception under `dags test`:
 TS_PROVIDER_FAULT = kill | raise | none. Two DAGs: `ts_providers_ours` (every operator at every
-point) and `ts_providers_ours_window` (every operator at `in_window`). Where the services are:
-the run's conf, else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`, `ca`,
-`out`), applied to the task process's environment (connections, the fake's CA bundle) before
-the operator runs. Each job names its logical job (`<run_id>|<task_id>`) in what the service
-records: the query, the Batch job's parameters, the ECS container's environment, the dbt run's
-cause, the Airbyte connection id. Each finished try writes a report to `<out>/<task_id>.json`.
+point) and `ts_providers_ours_window` (every operator at `in_window`); with
+TS_PROVIDERS_UPSTREAM set, a third, `ts_providers_upstream`, runs the providers' own classes
+with the same faults. Where the services are: the run's conf, else the TS_SERVICES environment
+variable (JSON: `aws`, `dbt`, `airbyte`, `ca`, `out`), applied to the task process's environment
+(connections, the fake's CA bundle) before the operator runs. Each job names its logical job
+(`<run_id>|<task_id>`) in what the service records: the query, the Batch job's parameters, the
+ECS container's environment, the dbt run's cause, the Airbyte connection id. Each finished try
+writes a report to `<out>/<task_id>.json`.
 """
 
 from __future__ import annotations
@@ -118,15 +120,20 @@ class _Faulted:
         result = super().execute(context)  # type: ignore[misc]
         store = context.get("task_state_store")
         key = self.external_id_key  # type: ignore[attr-defined]
-        report = {
-            "run_id": ti.run_id,
-            "task_id": ti.task_id,
-            "try_number": int(ti.try_number),
-            "stored": None if store is None else store.get(key),
-            "result": result,
-        }
-        (Path(services["out"]) / f"{ti.task_id}.json").write_text(json.dumps(report))
+        _report(services, ti, None if store is None else store.get(key), result)
         return result
+
+
+def _report(services: dict[str, str], ti: Any, stored: Any, result: Any) -> None:
+    report = {
+        "run_id": ti.run_id,
+        "task_id": ti.task_id,
+        "map_index": ti.map_index,
+        "try_number": int(ti.try_number),
+        "stored": stored,
+        "result": result,
+    }
+    (Path(services["out"]) / f"{ti.task_id}.json").write_text(json.dumps(report))
 
 
 class FaultedAthena(_Faulted, AthenaOperator):
@@ -155,35 +162,125 @@ class FaultedAirbyte(_Faulted, AirbyteTriggerSyncOperator):
         self.connection_id = logical
 
 
-def _task(operator: str, point: str) -> Any:
-    task = _operator(operator, point)
+class _UpstreamFaulted:
+    """The baseline (bench/provider_durable.py --ours): the provider's own operator, faulted at
+    the same points. With nothing saved in between, `in_window` and `after_persist` are both
+    "right after the submission call returned"; `while_polling` is the second status call."""
+
+    fault_at: str
+    # (class, method) of the submission call and of the status call the wait repeats
+    calls: tuple[Any, str, Any, str]
+
+    def execute(self, context: Any) -> Any:
+        services = _services(context)
+        ti = context["ti"]
+        self.name_logical_job(f"{ti.run_id}|{ti.task_id}")  # type: ignore[attr-defined]
+        submit_owner, submit, status_owner, status = self.calls
+        submitted = getattr(submit_owner, submit)
+        checked = getattr(status_owner, status)
+        calls = []
+
+        def after_submit(*args: Any, **kwargs: Any) -> Any:
+            answer = submitted(*args, **kwargs)
+            if self.fault_at != "while_polling":
+                _fault(context)
+            return answer
+
+        def status_check(*args: Any, **kwargs: Any) -> Any:
+            calls.append(1)
+            if self.fault_at == "while_polling" and len(calls) == (
+                1 if status == "_wait_for_task_ended" else 2
+            ):
+                time.sleep(1)
+                _fault(context)
+            return checked(*args, **kwargs)
+
+        setattr(submit_owner, submit, after_submit)
+        setattr(status_owner, status, status_check)
+        try:
+            result = super().execute(context)  # type: ignore[misc]
+        finally:
+            setattr(submit_owner, submit, submitted)
+            setattr(status_owner, status, checked)
+        _report(services, ti, None, result)
+        return result
+
+
+def _upstream_classes() -> dict[str, type]:
+    from airflow.providers.airbyte.hooks.airbyte import AirbyteHook
+    from airflow.providers.airbyte.operators.airbyte import AirbyteTriggerSyncOperator as Ab
+    from airflow.providers.amazon.aws.hooks.athena import AthenaHook
+    from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
+    from airflow.providers.amazon.aws.operators.athena import AthenaOperator as Athena
+    from airflow.providers.amazon.aws.operators.batch import BatchOperator as Batch
+    from airflow.providers.amazon.aws.operators.ecs import EcsRunTaskOperator as Ecs
+    from airflow.providers.dbt.cloud.hooks.dbt import DbtCloudHook
+    from airflow.providers.dbt.cloud.operators.dbt import DbtCloudRunJobOperator as Dbt
+
+    def faulted(ours: type, upstream: type, calls: tuple[Any, str, Any, str]) -> type:
+        body = {"calls": calls, "name_logical_job": ours.name_logical_job}  # type: ignore[attr-defined]
+        return type(f"Upstream{upstream.__name__}", (_UpstreamFaulted, upstream), body)
+
+    return {
+        "athena": faulted(
+            FaultedAthena, Athena, (AthenaHook, "run_query", AthenaHook, "check_query_status")
+        ),
+        "batch": faulted(
+            FaultedBatch, Batch, (Batch, "submit_job", BatchClientHook, "get_job_description")
+        ),
+        # ECS waits in one call (a boto waiter): the fault comes a second into it
+        "ecs": faulted(FaultedEcs, Ecs, (Ecs, "_start_task", Ecs, "_wait_for_task_ended")),
+        "dbt_cloud": faulted(
+            FaultedDbtCloud,
+            Dbt,
+            (DbtCloudHook, "trigger_job_run", DbtCloudHook, "get_job_run_status"),
+        ),
+        "airbyte": faulted(
+            FaultedAirbyte,
+            Ab,
+            (AirbyteHook, "submit_sync_connection", AirbyteHook, "get_job_details"),
+        ),
+    }
+
+
+def _task(operator: str, point: str, classes: dict[str, Any]) -> Any:
+    task = _operator(classes[operator], operator, point)
     task.fault_at = point
     return task
 
 
-def _operator(operator: str, point: str) -> Any:
+def _operator(cls: Any, operator: str, point: str) -> Any:
     common: dict[str, Any] = {"task_id": f"{operator}_{point}"}
     if operator == "athena":
-        return FaultedAthena(
+        return cls(
             **common, query="SELECT 1", database="analytics", output_location="s3://results/",
             sleep_time=1,
         )  # fmt: skip
     if operator == "batch":
-        return FaultedBatch(
+        return cls(
             **common, job_name=f"ts_{point}", job_queue="ts-queue", job_definition="ts-job",
             max_retries=60,
         )  # fmt: skip
     if operator == "ecs":
-        return FaultedEcs(
+        return cls(
             **common, cluster="ts", task_definition="ts-app", launch_type="FARGATE",
             overrides={}, waiter_delay=1, waiter_max_attempts=120,
         )  # fmt: skip
     if operator == "dbt_cloud":
-        return FaultedDbtCloud(**common, job_id=42, account_id=7, check_interval=1, timeout=300)
-    return FaultedAirbyte(**common, connection_id="unset", wait_seconds=1, timeout=300)
+        return cls(**common, job_id=42, account_id=7, check_interval=1, timeout=300)
+    return cls(**common, connection_id="unset", wait_seconds=1, timeout=300)
 
 
-def _dag(dag_id: str, tasks: list[str]) -> None:
+OURS = {
+    "athena": FaultedAthena,
+    "batch": FaultedBatch,
+    "ecs": FaultedEcs,
+    "dbt_cloud": FaultedDbtCloud,
+    "airbyte": FaultedAirbyte,
+}
+
+
+def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any]) -> None:
     with DAG(
         dag_id,
         schedule=None,
@@ -193,9 +290,11 @@ def _dag(dag_id: str, tasks: list[str]) -> None:
     ):
         for name in tasks:
             point = next(p for p in POINTS if name.endswith("_" + p))
-            _task(name[: -len(point) - 1], point)
+            _task(name[: -len(point) - 1], point, classes)
 
 
 # Every operator at every point; and the window alone (the smaller run for a sequential executor).
-_dag("ts_providers_ours", ALL_TASKS)
-_dag("ts_providers_ours_window", [f"{op}_in_window" for op in OPERATORS])
+_dag("ts_providers_ours", ALL_TASKS, OURS)
+_dag("ts_providers_ours_window", [f"{op}_in_window" for op in OPERATORS], OURS)
+if os.environ.get("TS_PROVIDERS_UPSTREAM"):  # the bench's baseline: the providers' own classes
+    _dag("ts_providers_upstream", ALL_TASKS, _upstream_classes())
