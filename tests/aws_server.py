@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -89,7 +88,7 @@ class Aws:
 @contextlib.contextmanager
 def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
     """A fresh server on 127.0.0.1 with an empty ledger, stopped on exit."""
-    from tests.postgres_server import free_port
+    from tests.postgres_server import free_port, wait_for_port
 
     port = free_port()
     ledger = workdir / f"aws-ledger-{port}.jsonl"
@@ -100,13 +99,7 @@ def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the AWS server did not start on port {port}; see {log.name}")
-            time.sleep(0.1)
+        wait_for_port(port, proc, f"the AWS server (log: {log.name})")
         aws = Aws(f"http://127.0.0.1:{port}", ledger)
         aws.create_job_queues()
         yield aws

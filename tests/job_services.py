@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import datetime
 import json
-import socket
 import ssl
 import subprocess
 import sys
@@ -109,7 +108,7 @@ def _certificate(workdir: Path) -> tuple[Path, Path]:
 @contextlib.contextmanager
 def running_services(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Services]:
     """Fresh fakes on 127.0.0.1 with an empty ledger, stopped on exit."""
-    from tests.postgres_server import free_port
+    from tests.postgres_server import free_port, wait_for_port
 
     dbt_port, airbyte_port = free_port(), free_port()
     ledger = workdir / f"services-ledger-{dbt_port}.jsonl"
@@ -121,13 +120,7 @@ def running_services(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Ser
     )
     try:
         for port in (dbt_port, airbyte_port):
-            deadline = time.monotonic() + 30
-            while True:
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                    break
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"the job services did not start; see {log.name}")
-                time.sleep(0.1)
+            wait_for_port(port, proc, f"the job services (log: {log.name})")
         yield Services(f"127.0.0.1:{dbt_port}", f"http://127.0.0.1:{airbyte_port}/v1", cert, ledger)
     finally:
         proc.terminate()

@@ -4,10 +4,12 @@ point of a submission: one job per logical job, and the task's result is that jo
 Services on loopback: moto for Athena, Batch and ECS (tests/aws_server.py), fakes of dbt Cloud
 and Airbyte (tests/job_services.py); each counts the jobs it accepted. Under the shared running
 deployment of Airflow 3.2 (scheduler + LocalExecutor) one DAG run has every operator at every
-kill point; under Airflow 2.10's (scheduler + SequentialExecutor, one task at a time) one run
-has every operator killed inside the submit→persist window, the point only taskstate closes;
-under `airflow dags test` on 3.3 (tasks in the command's own process: the fault is an
-exception) every operator at every point. The DAG: tests/airflow/provider_dags/ts_providers_ours.py.
+kill point, and every operator starting with the id of another client's job in its state
+(`verify_job` must refuse it); under Airflow 2.10's (scheduler + SequentialExecutor, one task at
+a time) one run has every operator killed inside the submit→persist window, the point only
+taskstate closes; under `airflow dags test` on 3.3 (tasks in the command's own process: the
+fault is an exception) every operator at every point, and the foreign ids. The DAG:
+tests/airflow/provider_dags/ts_providers_ours.py.
 """
 
 from __future__ import annotations
@@ -29,10 +31,51 @@ from tests.job_services import running_services
 pytestmark = pytest.mark.airflow
 
 DAG_FILE = Path(__file__).with_name("provider_dags") / "ts_providers_ours.py"
-POINTS = ("in_window", "after_persist", "while_polling")
+KILLS = ("in_window", "after_persist", "while_polling")
 OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
-EVERY = [f"{op}_{point}" for op in OPERATORS for point in POINTS]
+EVERY = [f"{op}_{point}" for op in OPERATORS for point in KILLS]
+FOREIGN = [f"{op}_foreign_id" for op in OPERATORS]
 WINDOW = [f"{op}_in_window" for op in OPERATORS]
+
+
+def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:
+    """One job per service that no task of the DAG submitted (its logical job is "foreign")."""
+    import boto3
+    import httpx
+
+    def client(name: str) -> Any:
+        return boto3.client(
+            name, endpoint_url=aws.endpoint, region_name="us-east-1",
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+        )  # fmt: skip
+
+    overrides = {"containerOverrides": [{"name": "app", "environment": [
+        {"name": "LOGICAL", "value": "foreign|ecs"}]}]}  # fmt: skip
+    with httpx.Client(verify=str(fakes.ca_bundle)) as http:
+        dbt = http.post(
+            f"https://{fakes.dbt_host}/api/v2/accounts/7/jobs/42/run/",
+            json={"cause": "foreign|dbt"},
+        ).json()["data"]["id"]
+        airbyte = http.post(
+            f"{fakes.airbyte_url}/jobs", json={"connectionId": "foreign|airbyte", "jobType": "sync"}
+        ).json()["jobId"]
+    return {
+        "athena": client("athena").start_query_execution(
+            QueryString="SELECT 'foreign|athena'",
+            ResultConfiguration={"OutputLocation": "s3://results/"},
+        )["QueryExecutionId"],
+        "batch": client("batch").submit_job(
+            jobName="ts_foreign_id",
+            jobQueue="ts-queue",
+            jobDefinition="ts-job",
+            parameters={"logical": "foreign|batch"},
+        )["jobId"],
+        "ecs": client("ecs").run_task(
+            cluster="ts", taskDefinition="ts-app", launchType="FARGATE", overrides=overrides
+        )["tasks"][0]["taskArn"],
+        "dbt_cloud": dbt,
+        "airbyte": airbyte,
+    }
 
 
 @contextlib.contextmanager
@@ -50,6 +93,7 @@ def services(workdir: Path) -> Iterator[tuple[dict[str, str], Any]]:
             "airbyte": fakes.airbyte_url,
             "ca": str(fakes.ca_bundle),
             "out": str(out),
+            "foreign": foreign_jobs(aws, fakes),
         }
 
         def ledger(run_id: str) -> dict[str, list[Any]]:
@@ -82,7 +126,7 @@ def check(tasks: list[str], found: dict[str, dict[str, Any]], jobs: dict[str, li
 
 
 @pytest.mark.parametrize(("version", "dag_id", "tasks"), [
-    ("3.2", "ts_providers_ours", EVERY),
+    ("3.2", "ts_providers_ours", EVERY + FOREIGN),
     ("2.10", "ts_providers_ours_window", WINDOW),
 ])  # fmt: skip
 def test_sigkilled_at_each_point_one_job_per_logical_job(
@@ -98,7 +142,7 @@ def test_sigkilled_at_each_point_one_job_per_logical_job(
         run_id = deployment.trigger(dag_id, conf={"services": endpoints})
         deployment.wait_for_run(dag_id, run_id, timeout=600)
         jobs = ledger(run_id)
-    check(tasks, reports(Path(endpoints["out"])), jobs)
+    check(tasks, reports(Path(endpoints["out"])), jobs, endpoints["foreign"])
 
 
 @pytest.fixture(scope="module")
@@ -116,4 +160,4 @@ def test_dags_test_failed_at_each_point_one_job_per_logical_job(
         home_33.dags_test("ts_providers_ours", env=env)
         found = reports(Path(endpoints["out"]))
         jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
-    check(EVERY, found, jobs)
+    check(EVERY + FOREIGN, found, jobs, endpoints["foreign"])

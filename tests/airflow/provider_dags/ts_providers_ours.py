@@ -4,7 +4,10 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
 
 - `in_window`: the service accepted the job, its id is not saved yet (end of `submit_job`);
 - `after_persist`: the id is saved, polling has not begun;
-- `while_polling`: one status check into the wait, the job still running.
+- `while_polling`: one status check into the wait, the job still running;
+- `foreign_id` (no fault): the task's state holds, before it starts, the id of another client's
+  job (`services["foreign"][operator]`) with an intent of another token, as state copied from
+  elsewhere would: `verify_job` must refuse it, and the task runs its own job.
 
 The fault is a SIGKILL of the task process under a scheduler, an exception under `dags test`:
 TS_PROVIDER_FAULT = kill | raise | none. Two DAGs: `ts_providers_ours` (every operator at every
@@ -37,9 +40,11 @@ try:
 except ImportError:  # Airflow 2
     from airflow import DAG
 
-POINTS = ("in_window", "after_persist", "while_polling")
+KILLS = ("in_window", "after_persist", "while_polling")
+POINTS = (*KILLS, "foreign_id")
 OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
 ALL_TASKS = [f"{op}_{point}" for op in OPERATORS for point in POINTS]
+FOREIGN_TOKEN = "ts-" + "f" * 40
 
 
 def _services(context: Any) -> dict[str, str]:
@@ -113,13 +118,20 @@ class _Faulted:
         ti = context["ti"]
         self.name_logical_job(f"{ti.run_id}|{ti.task_id}")
         raising = os.environ.get("TS_PROVIDER_FAULT") == "raise" and int(ti.try_number) == 1
+        store = context.get("task_state_store")
+        key = self.external_id_key  # type: ignore[attr-defined]
+        if self.fault_at == "foreign_id" and store is not None:
+            foreign = services["foreign"][self.task_id.rsplit("_foreign_id", 1)[0]]  # type: ignore[attr-defined]
+            store.set(
+                key + "__intent", {"token": FOREIGN_TOKEN, "attempt": 1, "external_id": foreign}
+            )
+            store.set(key, foreign)
         if self.fault_at == "in_window" and raising and context.get("task_state_store"):
             # An exception out of submit_job would be a refused submission (the retry may
             # submit again): fail the write of the id instead, as a crash right there would.
             context["task_state_store"] = _LosesTheId(context["task_state_store"])
         result = super().execute(context)  # type: ignore[misc]
         store = context.get("task_state_store")
-        key = self.external_id_key  # type: ignore[attr-defined]
         _report(services, ti, None if store is None else store.get(key), result)
         return result
 
@@ -297,4 +309,8 @@ def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any]) -> None:
 _dag("ts_providers_ours", ALL_TASKS, OURS)
 _dag("ts_providers_ours_window", [f"{op}_in_window" for op in OPERATORS], OURS)
 if os.environ.get("TS_PROVIDERS_UPSTREAM"):  # the bench's baseline: the providers' own classes
-    _dag("ts_providers_upstream", ALL_TASKS, _upstream_classes())
+    _dag(
+        "ts_providers_upstream",
+        [f"{op}_{p}" for op in OPERATORS for p in KILLS],
+        _upstream_classes(),
+    )
