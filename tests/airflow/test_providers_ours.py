@@ -161,3 +161,33 @@ def test_dags_test_failed_at_each_point_one_job_per_logical_job(
         found = reports(Path(endpoints["out"]))
         jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
     check(EVERY + FOREIGN, found, jobs, endpoints["foreign"])
+
+
+PROBE = """
+import json
+from taskstate.providers.amazon import BatchOperator
+from taskstate.providers.dbt_cloud import DbtCloudRunJobOperator
+args = {"job_name": "j", "job_queue": "q", "job_definition": "d"}
+print(json.dumps({
+    "default": BatchOperator(task_id="a", **args).durable,
+    "argument": BatchOperator(task_id="b", durable=False, **args).durable,
+    "default_args": BatchOperator(task_id="c", default_args={"durable": False}, **args).durable,
+    "partial": DbtCloudRunJobOperator.partial(
+        task_id="d", default_args={"durable": False}
+    ).expand(job_id=[1]).partial_kwargs.get("durable"),
+    "key": DbtCloudRunJobOperator.external_id_key,
+}))
+"""
+
+
+def test_durable_is_taken_in_every_spelling(home_33: AirflowHome) -> None:
+    """`durable=False` as an argument, in `default_args` and in `.partial()` (the classes sit on
+    a mixin subclass, which Airflow's metaclass would otherwise skip for `default_args`)."""
+    out = home_33.python("-c", PROBE)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "default": True,
+        "argument": False,
+        "default_args": False,
+        "partial": False,
+        "key": "dbt_cloud_run_id",
+    }, out.stderr[-3000:]
