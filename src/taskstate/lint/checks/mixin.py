@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
 
-from taskstate.lint.airflow_version import PROVIDER_DURABLE
+from taskstate.lint.airflow_version import PROVIDER_DURABLE, SDK
 from taskstate.lint.checks.base import Context, with_note
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, is_false, is_true, keyword
@@ -17,6 +20,8 @@ _MIXIN = "ResumableJobMixin"
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
     if "durable" in src.text:
         yield from _durable(src, ctx)
+    if "airflow.providers." in src.text:
+        yield from _not_durable_providers(src, ctx)
     if _MIXIN not in src.text:
         return
     mixins = _mixin_classes(src)
@@ -306,3 +311,68 @@ def _unexplained(src: Source, ctx: Context, node: ast.AST) -> Finding:
 def _snake(name: str) -> str:
     name = re.sub(r"Operator$", "", name) or name
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+# Provider operators taskstate.providers has crash-safe versions of: qualified name ->
+# (taskstate.providers module, apache-airflow-providers-<name>). Kept in step with that package.
+_PROVIDERS: dict[str, tuple[str, str]] = {
+    "airflow.providers.amazon.aws.operators.athena.AthenaOperator": ("amazon", "amazon"),
+    "airflow.providers.amazon.aws.operators.batch.BatchOperator": ("amazon", "amazon"),
+    "airflow.providers.amazon.aws.operators.ecs.EcsRunTaskOperator": ("amazon", "amazon"),
+    "airflow.providers.dbt.cloud.operators.dbt.DbtCloudRunJobOperator": ("dbt_cloud", "dbt-cloud"),
+    "airflow.providers.airbyte.operators.airbyte.AirbyteTriggerSyncOperator": (
+        "airbyte",
+        "airbyte",
+    ),
+}
+# Keywords that take a task out of blocking mode: nothing for a retry to reconnect to there.
+_NOT_WAITING = {
+    "deferrable": is_true,
+    "asynchronous": is_true,
+    "wait_for_completion": is_false,
+    "wait_for_termination": is_false,
+}
+
+
+def _not_durable_providers(src: Source, ctx: Context) -> Iterator[Finding]:
+    for call, _func in src.calls:
+        qual = src.qualname(call.func)
+        if qual not in _PROVIDERS:
+            continue
+        if any(
+            (kw := keyword(call, name)) is not None and test(kw.value)
+            for name, test in _NOT_WAITING.items()
+        ):
+            continue
+        module, name = _PROVIDERS[qual]
+        dist = f"apache-airflow-providers-{name}"
+        path, operator = qual.rsplit(".", 1)
+        release = _release_taking_mixin(dist, path.replace(".", "/") + ".py", operator)
+        version = ctx.version
+        if release is not None and (version.parts is None or version.parts >= SDK):
+            continue  # upstream's durable path: native on 3.3+, the setting on 3.0-3.2 (TS406)
+        where = f"Airflow {version.label}" if version.parts else "any Airflow"
+        if release is not None:
+            where += f"; {dist} {release} takes the mixin from Airflow 3.0 on"
+        yield ctx.finding(
+            src,
+            "TS410",
+            call.func,
+            operator=operator,
+            where=where,
+            before=src.lines_of(call, limit=3),
+            after=f"from taskstate.providers.{module} import {operator}  # same arguments",
+        )
+
+
+@functools.cache
+def _release_taking_mixin(dist: str, path: str, operator: str) -> str | None:
+    """The installed release of `dist` when its `operator` subclasses ResumableJobMixin, else
+    None (not installed, or not on the mixin). Reads the file; never imports Airflow."""
+    try:
+        found = metadata.distribution(dist)
+        text = Path(str(found.locate_file(path))).read_text()
+    except (metadata.PackageNotFoundError, OSError):
+        return None
+    bases = re.search(rf"^class {operator}\(([^)]*)\)", text, re.MULTILINE)
+    return found.version if bases and _MIXIN in bases.group(1) else None
