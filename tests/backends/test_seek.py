@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from tests.expired_rows import load_rows
 
 from taskstate import StateStore, TaskScope
 from taskstate.backends import postgres as pg
@@ -70,16 +71,8 @@ def _statements(store: StateStore, trace: Callable[[Callable[[], object]], list[
 def sqlite_url() -> Iterator[str]:
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/state.db"
-        backend = SQLiteBackend(url)
-        conn = backend._conn()
-        with backend._write_transaction(conn):
-            conn.executemany(
-                f"INSERT INTO {lite.TABLE} (namespace, key, value, expires_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                _rows(),
-            )
-        conn.execute("ANALYZE")
-        backend.close()
+        SQLiteBackend(url).schema_status()  # creates the schema
+        load_rows(url, _rows())
         yield url
 
 
@@ -140,13 +133,7 @@ def postgres_store_url(postgres_url: str) -> Iterator[str]:
         admin.execute(f"CREATE DATABASE {name}")
     url = postgres_url.rsplit("/", 1)[0] + "/" + name
     PostgresBackend(url).migrate()
-    with psycopg.connect(url, autocommit=True) as conn:
-        with conn.cursor().copy(
-            f"COPY {pg.TABLE} (namespace, key, value, expires_at, updated_at) FROM STDIN"
-        ) as copy:
-            for row in _rows():
-                copy.write_row(row)
-        conn.execute(f"ANALYZE {pg.TABLE}")
+    load_rows(url, _rows())
     yield url
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
