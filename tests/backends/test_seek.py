@@ -218,6 +218,16 @@ def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: st
             (pg._COUNT_IN, {**in_ns, "cap": 10001}, f"{pg.TABLE}_(keys|pkey)"),
             (pg._COUNT_RANGE, {**dag_range, "cap": 10001}, f"{pg.TABLE}_order"),
             (
+                pg._COUNT_EACH_RANGE,
+                {"a": [dag], "b": [dag[:-1] + " "], "cap": 10001, **live},
+                f"{pg.TABLE}_order",
+            ),
+            (
+                pg._COUNT_EACH_IN,
+                {"a": [ns], "b": [None], "cap": 10001, **live},
+                f"{pg.TABLE}_(keys|pkey)",
+            ),
+            (
                 pg._GROUPS[False],
                 {"lo": "t\x1f", "hi": "t ", "n": 2, "like": "", **live},
                 f"{pg.TABLE}_order",
