@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
 from record import meta, save
+from tests.expired_rows import load_rows
 from tests.postgres_server import running_server
 
 from taskstate import AssetScope, StateStore, TaskScope
@@ -59,7 +60,6 @@ RUNS, TIS, KEYS = 20, 50, 3  # per DAG, per run, per task instance
 BIG = TaskScope("big_dag", "run", "big_task")
 SMALL = TaskScope("big_dag", "run", "small_task")
 BIG_KEYS = 20_000
-BATCH = 100_000
 
 
 def scope_of(i: int) -> tuple[TaskScope, str]:
@@ -97,35 +97,16 @@ def rows(n: int, objects: Path | None) -> Iterator[tuple[str, str, str, float | 
 def build_sqlite(path: Path, n: int, objects: Path | None) -> float:
     started = time.perf_counter()
     url = f"sqlite:///{path}"
-    backend = lite.SQLiteBackend(url)
-    conn = backend._conn()
-    batch: list[Any] = []
-    insert = (
-        f"INSERT INTO {lite.TABLE} (namespace, key, value, expires_at, updated_at) "
-        "VALUES (?, ?, ?, ?, ?)"
-    )
-    for row in rows(n, objects):
-        batch.append(row)
-        if len(batch) >= BATCH:
-            with backend._write_transaction(conn):
-                conn.executemany(insert, batch)
-            batch = []
-    with backend._write_transaction(conn):
-        conn.executemany(insert, batch)
-    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    backend.close()
+    lite.SQLiteBackend(url).schema_status()  # creates the schema
+    load_rows(url, rows(n, objects))  # executemany in 100,000-row transactions
     return time.perf_counter() - started
 
 
 def build_postgres(url: str, n: int, objects: Path | None) -> float:
     started = time.perf_counter()
     pg.PostgresBackend(url).migrate()
+    load_rows(url, rows(n, objects))  # COPY
     with psycopg.connect(url, autocommit=True) as conn:
-        with conn.cursor().copy(
-            f"COPY {pg.TABLE} (namespace, key, value, expires_at, updated_at) FROM STDIN"
-        ) as copy:
-            for row in rows(n, objects):
-                copy.write_row(row)
         conn.execute(f"VACUUM ANALYZE {pg.TABLE}")
     return time.perf_counter() - started
 
