@@ -20,6 +20,7 @@ from taskstate.backends import postgres as pg
 from taskstate.backends import sqlite as lite
 from taskstate.backends.postgres import PostgresBackend
 from taskstate.backends.sqlite import SQLiteBackend
+from taskstate.discovery import KEY_COUNT_CAP
 from taskstate.scope import ASSET_PREFIX, task_prefix
 from taskstate.settings import Settings
 
@@ -120,6 +121,19 @@ def test_sqlite_listings_and_discovery_seek_the_primary_key(sqlite_url: str) -> 
     assert backend.count(ns, NOW, exact=True) == BIG_KEYS
     assert len(backend.groups("t\x1f", NOW)) == 40
     backend.close()
+
+
+def test_discovery_counts_stop_past_10000_keys(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path}/state.db"
+    SQLiteBackend(url).schema_status()  # creates the schema
+    ns = TaskScope("dag", "run", "task").namespace
+    load_rows(url, ((ns, f"k{i:05}", "1", None, NOW) for i in range(KEY_COUNT_CAP + 50)))
+    with StateStore(url, settings=Settings(), clock=lambda: NOW) as store:
+        found = store.discovery()
+        assert found.dags().items == [("dag", KEY_COUNT_CAP + 1)]
+        assert found.task_instances("dag", "run").items == [("task", -1, KEY_COUNT_CAP + 1)]
+        # A listing's own total stays exact.
+        assert store.task_state(TaskScope("dag", "run", "task")).page().total == 10_050
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
