@@ -109,3 +109,12 @@ def test_a_worker_backend_with_the_old_sweep_still_gets_every_live_reference(
         with pytest.warns(DeprecationWarning, match="sweep_orphans"):
             assert store.cleanup().offloaded_orphans == 7
     assert worker.seen == refs and len(refs) == 2
+
+
+def test_the_offload_backend_still_sweeps_a_set_of_references(tmp_path: Path) -> None:
+    worker = OffloadBackend(f"file://{tmp_path}", keep_versions_s=0)
+    refs = [worker.serialize_to_ref("ns", f"k{i}", '"v"') for i in range(3)]
+    assert worker.sweep({refs[0]}, dry_run=True) == 2
+    assert worker.sweep({refs[0]}) == 2
+    assert worker.deserialize_from_ref(refs[0]) == '"v"'
+    assert worker.sweep({refs[0]}) == 0
