@@ -9,12 +9,13 @@ import uuid
 from pathlib import Path
 
 import pytest
+from tests.expired_rows import load_rows
 
 from taskstate import StateStore, TaskScope
 from taskstate.backends.base import WorkerStateBackend
 from taskstate.backends.objects import digest
 from taskstate.backends.offload import OffloadBackend
-from taskstate.backends.sqlite import TABLE, SQLiteBackend
+from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.settings import Settings
 from taskstate.stored import REF_PREFIX
 
@@ -43,29 +44,24 @@ def test_clean_with_offloading_over_100000_rows_holds_one_batch(tmp_path: Path) 
     expired = [_ref(i) for i in range(ORPHANS // 2)]  # their rows expired: orphans
     stray = [_ref(i) for i in range(ORPHANS // 2)]  # no row at all: orphans
     _objects(root, live + expired + stray)
-    backend = SQLiteBackend(url)
-    conn = backend._conn()
-    with backend._write_transaction(conn):
-        conn.executemany(
-            f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at) "
-            "VALUES (?, ?, ?, ?, ?)",
+    SQLiteBackend(url).schema_status()  # creates the schema
+    load_rows(
+        url,
+        (
             (
-                (
-                    TaskScope(f"dag_{i % 50}", f"run_{i % 7}", f"task_{i % 11}").namespace,
-                    f"key_{i}",
-                    REF_PREFIX + live[i] if i < REFERENCED else "1",
-                    NOW + 3600,
-                    NOW,
-                )
-                for i in range(ROWS)
-            ),
-        )
-        conn.executemany(
-            f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at) "
-            "VALUES ('t\x1fold\x1fr\x1ft\x1f-1', ?, ?, ?, ?)",
-            ((f"k{i}", REF_PREFIX + ref, NOW - 1, NOW - 99) for i, ref in enumerate(expired)),
-        )
-    backend.close()
+                TaskScope(f"dag_{i % 50}", f"run_{i % 7}", f"task_{i % 11}").namespace,
+                f"key_{i}",
+                REF_PREFIX + live[i] if i < REFERENCED else "1",
+                NOW + 3600,
+                NOW,
+            )
+            for i in range(ROWS)
+        ),
+    )
+    old = TaskScope("old", "r", "t").namespace
+    load_rows(
+        url, ((old, f"k{i}", REF_PREFIX + ref, NOW - 1, NOW - 99) for i, ref in enumerate(expired))
+    )
     worker = OffloadBackend(f"file://{root}", keep_versions_s=0)
     with StateStore(url, settings=Settings(), worker_backend=worker, clock=lambda: NOW) as store:
         tracemalloc.start()
@@ -113,3 +109,12 @@ def test_a_worker_backend_with_the_old_sweep_still_gets_every_live_reference(
         with pytest.warns(DeprecationWarning, match="sweep_orphans"):
             assert store.cleanup().offloaded_orphans == 7
     assert worker.seen == refs and len(refs) == 2
+
+
+def test_the_offload_backend_still_sweeps_a_set_of_references(tmp_path: Path) -> None:
+    worker = OffloadBackend(f"file://{tmp_path}", keep_versions_s=0)
+    refs = [worker.serialize_to_ref("ns", f"k{i}", '"v"') for i in range(3)]
+    assert worker.sweep({refs[0]}, dry_run=True) == 2
+    assert worker.sweep({refs[0]}) == 2
+    assert worker.deserialize_from_ref(refs[0]) == '"v"'
+    assert worker.sweep({refs[0]}) == 0

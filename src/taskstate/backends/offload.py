@@ -20,6 +20,7 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from taskstate.backends.base import LiveRefs, WorkerStateBackend
@@ -118,6 +119,10 @@ class OffloadBackend(WorkerStateBackend, ObjectFiles):
 
     # -- sweeping -------------------------------------------------------------------------------
 
+    def sweep(self, live_refs: set[str], *, dry_run: bool = False) -> int:
+        """The former interface, for a caller that holds the references in a set."""
+        return self.sweep_orphans(_Refs(live_refs), dry_run=dry_run)
+
     def sweep_orphans(
         self, live: LiveRefs, *, dry_run: bool = False, batch_size: int = SWEEP_BATCH
     ) -> int:
@@ -135,3 +140,16 @@ class OffloadBackend(WorkerStateBackend, ObjectFiles):
                 self._remove_paths(orphans)
             removed += len(orphans)
         return removed
+
+
+class _Refs:
+    """`LiveRefs` over a set."""
+
+    def __init__(self, refs: set[str]) -> None:
+        self.refs = refs
+
+    def among(self, refs: Sequence[str]) -> set[str]:
+        return self.refs.intersection(refs)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.refs)

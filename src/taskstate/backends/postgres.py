@@ -177,6 +177,17 @@ _COUNT_IN = f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_IN_NAMESPACE} LI
 _COUNT_RANGE = (
     f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_RANGE} AND {_LIVE} LIMIT %(cap)s) c"
 )
+# Discovery's key counts of one page, in one round trip: a bounded count per namespace or range.
+_EACH = "FROM unnest(%(a)s::text[], %(b)s::text[]) WITH ORDINALITY AS p(lo, hi, i) ORDER BY p.i"
+_COUNT_EACH_IN = (
+    f"SELECT (SELECT count(*) FROM (SELECT FROM {TABLE} WHERE namespace_md5 = md5(p.lo)::uuid "
+    f"AND {_LIVE} LIMIT %(cap)s) c) {_EACH}"
+)
+_COUNT_EACH_RANGE = (
+    f"SELECT (SELECT count(*) FROM (SELECT FROM {TABLE} WHERE "
+    "left(namespace, 200) >= left(p.lo, 200) AND left(namespace, 200) <= left(p.hi, 200) "
+    f"AND namespace >= p.lo AND namespace < p.hi AND {_LIVE} LIMIT %(cap)s) c) {_EACH}"
+)
 # Discovery: a skip scan over the order index, one seek per distinct field: the first live row
 # at or past `at`, then past its field (the namespace with the field's end bumped from the
 # separator, \x1f, to " "). The index holds 200-character prefixes: a prefix shorter than that
@@ -669,6 +680,21 @@ class PostgresBackend(StateBackend):
             return int(row[0]) if row else 0
 
         return self._run(op)
+
+    def counts(
+        self, prefixes: list[str], now: float, *, exact: bool = False, cap: int | None = None
+    ) -> list[int]:
+        if not prefixes:
+            return []
+        params = {
+            "a": prefixes,
+            "b": [None if exact else prefix_upper_bound(p) if p else _TOP for p in prefixes],
+            "now": now,
+            "cap": cap,
+        }
+        sql = _COUNT_EACH_IN if exact else _COUNT_EACH_RANGE
+        found = self._run(lambda conn: conn.execute(sql, params).fetchall())
+        return [int(row[0]) for row in found]
 
     def groups(
         self, prefix: str, now: float, *, whole: bool = False, start: str = "", like: str = ""

@@ -124,6 +124,8 @@ class BackendContract:
         assert backend.count(NS_1, later, exact=True) == 1
         assert backend.count(task_prefix("dag"), later) == 6
         assert backend.count(task_prefix("dag"), later, cap=3) == 3
+        assert backend.counts([NS_1, NS, task_prefix("x")], later, exact=True) == [1, 4, 0]
+        assert backend.counts([task_prefix("dag"), NS_1], later, cap=5) == [5, 2]
 
     def test_groups_are_the_distinct_fields_of_live_namespaces(self, backend: StateBackend) -> None:
         for dag, run, task, index in [
