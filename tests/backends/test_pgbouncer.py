@@ -176,6 +176,9 @@ def test_an_idle_store_holds_no_server_connection_in_transaction_mode(
     backend.close()
 
 
+_PREPARED = "SELECT count(*) > 0 FROM pg_prepared_statements"
+
+
 def test_statements_are_prepared_only_where_the_session_ends_at_postgres(
     pgbouncer: PgBouncer, postgres_url: str
 ) -> None:
@@ -188,8 +191,11 @@ def test_statements_are_prepared_only_where_the_session_ends_at_postgres(
         (through + "?application_name=forced&prepare=on", True),
     ):
         backend = PostgresBackend(url)
-        assert backend._run(lambda conn: conn.prepare) is prepared, url
-        backend.set("ns", "prepared", "1", None, NOW)  # libpq never saw `prepare`
+        for _ in range(5):
+            backend.set("ns", "prepared", "1", None, NOW)  # (libpq never saw `prepare`)
+            backend.get("ns", "prepared")
+        on_server = backend._run(lambda conn: conn.execute(_PREPARED).fetchone())
+        assert on_server == (prepared,), url
         backend.close()
 
 
