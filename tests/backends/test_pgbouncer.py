@@ -15,9 +15,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NamedTuple
 
+import httpx
 import pytest
+from tests.api.test_serve import _env as serve_env
+from tests.api.test_serve import serving
 from tests.pgbouncer_server import PgBouncer, running_pgbouncer
 from tests.postgres_server import PostgresServer
 
@@ -144,6 +148,34 @@ def test_one_store_uses_at_most_its_pool_of_4(
         assert len(_ours(bouncer, "CLIENTS")) <= 4  # the store's own connections, still open
         assert backend.get("ns", "shared").value == str(16 * 40)  # type: ignore[union-attr]
         backend.close()
+
+
+def test_taskstate_serve_uses_at_most_4_server_connections(
+    postgres_server: PostgresServer, fresh_postgres_url: str, tmp_path: Path
+) -> None:
+    """16 clients at once against a real `taskstate serve` behind a session pool of 4."""
+    with running_pgbouncer(
+        postgres_server, pool_mode="session", pool_size=4, query_wait_timeout=WAIT
+    ) as bouncer:
+        url = bouncer.route(fresh_postgres_url)
+        PostgresBackend(url).migrate()
+        statuses: list[int] = []
+        with serving(tmp_path, serve_env(tmp_path), url) as (base, _):
+            task = f"{base}/taskstate/api/v2/dags/d/dagRuns/r/taskInstances/t/state-store"
+
+            def client(n: int) -> None:
+                with httpx.Client(timeout=60) as http:
+                    for i in range(10):
+                        statuses.append(http.put(f"{task}/c{n}-{i}", json={"value": i}).status_code)
+                        statuses.append(http.get(f"{task}/c{n}-{i}").status_code)
+
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        assert sorted(set(statuses)) == [200, 204] and len(statuses) == 16 * 20
+        assert "query_wait_timeout" not in bouncer.log()
 
 
 def _increment(entry: object) -> tuple[object, None]:
