@@ -15,9 +15,13 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import NamedTuple
 
+import httpx
 import pytest
+from tests.api.test_serve import _env as serve_env
+from tests.api.test_serve import serving
 from tests.pgbouncer_server import PgBouncer, running_pgbouncer
 from tests.postgres_server import PostgresServer
 
@@ -85,13 +89,10 @@ def test_the_cli_needs_one_server_connection(one_connection: Bounced) -> None:
     scope = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
     for args in (
         ["db", "migrate"],
-        ["db", "check"],
         ["task", "set", *scope, "k", "1"],
-        ["task", "get", *scope, "k"],
         ["task", "list", "--dag-id", "d"],
         ["export"],
         ["clean"],
-        ["task", "clear", *scope],
     ):
         cmd = [sys.executable, "-m", "taskstate", "--url", session_url, *args]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
@@ -149,6 +150,34 @@ def test_one_store_uses_at_most_its_pool_of_4(
         backend.close()
 
 
+def test_taskstate_serve_uses_at_most_4_server_connections(
+    postgres_server: PostgresServer, fresh_postgres_url: str, tmp_path: Path
+) -> None:
+    """16 clients at once against a real `taskstate serve` behind a session pool of 4."""
+    with running_pgbouncer(
+        postgres_server, pool_mode="session", pool_size=4, query_wait_timeout=WAIT
+    ) as bouncer:
+        url = bouncer.route(fresh_postgres_url)
+        PostgresBackend(url).migrate()
+        statuses: list[int] = []
+        with serving(tmp_path, serve_env(tmp_path), url) as (base, _):
+            task = f"{base}/taskstate/api/v2/dags/d/dagRuns/r/taskInstances/t/state-store"
+
+            def client(n: int) -> None:
+                with httpx.Client(timeout=60) as http:
+                    for i in range(10):
+                        statuses.append(http.put(f"{task}/c{n}-{i}", json={"value": i}).status_code)
+                        statuses.append(http.get(f"{task}/c{n}-{i}").status_code)
+
+            threads = [threading.Thread(target=client, args=(n,)) for n in range(16)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        assert sorted(set(statuses)) == [200, 204] and len(statuses) == 16 * 20
+        assert "query_wait_timeout" not in bouncer.log()
+
+
 def _increment(entry: object) -> tuple[object, None]:
     from taskstate.backends.base import Entry
 
@@ -176,6 +205,9 @@ def test_an_idle_store_holds_no_server_connection_in_transaction_mode(
     backend.close()
 
 
+_PREPARED = "SELECT count(*) > 0 FROM pg_prepared_statements"
+
+
 def test_statements_are_prepared_only_where_the_session_ends_at_postgres(
     pgbouncer: PgBouncer, postgres_url: str
 ) -> None:
@@ -188,8 +220,11 @@ def test_statements_are_prepared_only_where_the_session_ends_at_postgres(
         (through + "?application_name=forced&prepare=on", True),
     ):
         backend = PostgresBackend(url)
-        assert backend._run(lambda conn: conn.prepare) is prepared, url
-        backend.set("ns", "prepared", "1", None, NOW)  # libpq never saw `prepare`
+        for _ in range(5):
+            backend.set("ns", "prepared", "1", None, NOW)  # (libpq never saw `prepare`)
+            backend.get("ns", "prepared")
+        on_server = backend._run(lambda conn: conn.execute(_PREPARED).fetchone())
+        assert on_server == (prepared,), url
         backend.close()
 
 

@@ -264,6 +264,7 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # Our own URL parameter (taken out before libpq, which refuses unknown ones): server-side
 # prepared statements on every connection, on none, or where they are safe (the default).
 _PREPARE_MODES: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+_PSYCOPG_PREPARE_THRESHOLD = 5  # psycopg's default
 # Pools inherited through fork(): kept referenced so that garbage collection in the child never
 # closes them (closing would end the parent's sessions on the shared sockets).
 _INHERITED: list[ConnectionPool[Any]] = []
@@ -342,11 +343,9 @@ def _is_transient(exc: BaseException) -> bool:
 
 class _Connection(psycopg.Connection[Any]):
     """A pooled connection that keeps one cursor for the hot path: a fresh cursor per call
-    costs as much CPU as the rest of our layer. A connection serves one thread at a time.
-    `prepare`: whether its hot statements are prepared on the server (set by `_configure`)."""
+    costs as much CPU as the rest of our layer. A connection serves one thread at a time."""
 
     _hot: psycopg.Cursor[Any] | None = None
-    prepare = False
 
     def hot(self) -> psycopg.Cursor[Any]:
         cursor = self._hot
@@ -391,8 +390,10 @@ class PostgresBackend(StateBackend):
 
     def _connect_kwargs(self) -> dict[str, Any]:
         given = psycopg.conninfo.conninfo_to_dict(self._conninfo)
-        # prepare_threshold=None: psycopg would otherwise prepare any statement on its fifth
-        # use, which breaks behind a transaction-pooling PgBouncer; `_configure` decides.
+        # prepare_threshold=None: no server-side prepared statement at all, not even the hot
+        # statements' `prepare=True` (psycopg would otherwise also prepare any statement on its
+        # fifth use); that breaks behind a transaction-pooling PgBouncer. `_configure` turns
+        # them back on for pooled connections where they are safe.
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
         if "connect_timeout" not in given:
             kwargs["connect_timeout"] = max(1, round(self._connect_timeout_s))
@@ -515,7 +516,7 @@ class PostgresBackend(StateBackend):
     def get(self, namespace: str, key: str) -> Entry | None:
         def op(conn: _Connection) -> Entry | None:
             cursor = conn.hot()
-            cursor.execute(_GET, (namespace, key), prepare=conn.prepare)
+            cursor.execute(_GET, (namespace, key), prepare=True)
             row = cursor.fetchone()
             return None if row is None else Entry(*row)
 
@@ -531,15 +532,13 @@ class PostgresBackend(StateBackend):
         updated_by: str | None = None,
     ) -> None:
         params = (namespace, key, value, expires_at, now, updated_by)
-        self._run(lambda conn: conn.hot().execute(_SET, params, prepare=conn.prepare))
+        self._run(lambda conn: conn.hot().execute(_SET, params, prepare=True))
 
     def delete(self, namespace: str, key: str) -> None:
-        self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=conn.prepare))
+        self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=True))
 
     def clear(self, namespace: str) -> int:
-        return self._run(
-            lambda conn: conn.execute(_CLEAR, (namespace,), prepare=conn.prepare).rowcount
-        )
+        return self._run(lambda conn: conn.execute(_CLEAR, (namespace,), prepare=True).rowcount)
 
     def clear_prefix(self, prefix: str) -> int:
         if not prefix:
@@ -559,7 +558,7 @@ class PostgresBackend(StateBackend):
                 xid = None
                 try:
                     with conn.transaction():
-                        row = conn.execute(_LOCK, (namespace, key), prepare=conn.prepare).fetchone()
+                        row = conn.execute(_LOCK, (namespace, key), prepare=True).fetchone()
                         new, result = fn(None if row is None else Entry(*row))
                         if new is None:
                             return result
@@ -568,7 +567,7 @@ class PostgresBackend(StateBackend):
                             query, params = _UPDATE_XID, [*stored, namespace, key]
                         else:
                             query, params = _CREATE_XID, [namespace, key, *stored]
-                        written = conn.execute(query, params, prepare=conn.prepare)
+                        written = conn.execute(query, params, prepare=True)
                         got = written.fetchone()
                         if got is None:
                             continue  # created concurrently: start over and lock that row
@@ -641,9 +640,9 @@ class PostgresBackend(StateBackend):
     def _scan_page(conn: _Connection, prefix: str, after: tuple[str, str]) -> list[Any]:
         params = {"ns": after[0], "key": after[1], "limit": _SCAN_PAGE_SIZE}
         if not prefix:
-            return conn.execute(_SCAN_PAGE, params, prepare=conn.prepare).fetchall()
+            return conn.execute(_SCAN_PAGE, params, prepare=True).fetchall()
         params.update(lo=prefix, hi=prefix_upper_bound(prefix))
-        return conn.execute(_SCAN_RANGE_PAGE, params, prepare=conn.prepare).fetchall()
+        return conn.execute(_SCAN_RANGE_PAGE, params, prepare=True).fetchall()
 
     def rows(
         self, namespace: str, now: float, *, key_prefix: str = "", limit: int = -1, offset: int = 0
@@ -722,7 +721,7 @@ class PostgresBackend(StateBackend):
             return self._run(lambda conn: conn.execute(_DELETE_EXPIRED, (now,)).rowcount)
         params = (now, limit, now)
         return self._run(
-            lambda conn: conn.execute(_DELETE_EXPIRED_BATCH, params, prepare=conn.prepare).rowcount
+            lambda conn: conn.execute(_DELETE_EXPIRED_BATCH, params, prepare=True).rowcount
         )
 
     # -- schema ---------------------------------------------------------------------------------
@@ -788,8 +787,10 @@ class PostgresBackend(StateBackend):
 
 
 def _configure(conn: _Connection, mode: bool | None) -> None:
-    """Each new pooled connection: prepare its hot statements as `?prepare=` says, or if safe."""
-    conn.prepare = mode if mode is not None else _prepares(conn)
+    """Each new pooled connection: server-side prepared statements (psycopg's default: the hot
+    statements at once, any other on its fifth use) as `?prepare=` says, or where safe."""
+    if mode if mode is not None else _prepares(conn):
+        conn.prepare_threshold = _PSYCOPG_PREPARE_THRESHOLD
 
 
 def _prepares(conn: psycopg.Connection[Any]) -> bool:
