@@ -68,6 +68,7 @@ class _Accessor:
         self._default_days = store.settings.default_retention_days
         self._read = store._read
         self._writer = writer_text(writer)
+        self._writer_dict = writer  # what a write's StoredEntry shows, without a JSON round trip
 
     # -- reading --------------------------------------------------------------------------
 
@@ -92,8 +93,13 @@ class _Accessor:
     def entry(self, key: str) -> StoredEntry | None:
         """`key` with its metadata (updated at/by, expiry, etag), or None if absent or expired."""
         check_key(key)
-        # A scope holds few keys; the scan brings updated_at and the writer along.
-        return next((self._store.entry_of(r) for r in self._rows() if r.key == key), None)
+        found = self._backend.get(self._ns, key)
+        if found is None or not is_live(found.expires_at, self._clock()):
+            return None
+        if found.updated_at is None:  # a backend that does not report it: from the scan
+            return next((self._store.entry_of(r) for r in self._rows() if r.key == key), None)
+        row = Row(self._ns, key, found.value, found.expires_at, found.updated_at, found.updated_by)
+        return self._store.entry_of(row)
 
     def page(self, *, limit: int = 50, offset: int = 0, key_prefix: str = "") -> Page[StoredEntry]:
         """Live keys in ascending order, `limit` from `offset`, optionally under `key_prefix`;
@@ -183,7 +189,7 @@ class _Accessor:
                 raise KeyNotFoundError(f"no key {key!r} in {self.scope}")
             if if_none_match and live is not None:
                 raise PreconditionFailedError(f"{key!r} already exists in {self.scope}")
-            if if_match is not None and (live is None or etag_of(live.value) != if_match):
+            if if_match is not None and (live is None or etag_of(*live) != if_match):
                 raise PreconditionFailedError(
                     f"{key!r} in {self.scope} changed since it was read (etag {if_match!r} no "
                     "longer matches); read it again"
@@ -205,8 +211,8 @@ class _Accessor:
         except BaseException:
             self._store._discard(uploaded)
             raise
-        updated_by = None if self._writer is None else json.loads(self._writer)
-        return StoredEntry(key, value, now, written, updated_by, etag_of(text))
+        etag = etag_of(text, written, self._writer, now)
+        return StoredEntry(key, value, now, written, self._writer_dict, etag)
 
     def _absolute(self, expires: float | None, now: float) -> float | None:
         return expires

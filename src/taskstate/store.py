@@ -138,9 +138,8 @@ class StateStore:
         if value is GONE:
             return None
         updated_by = None if row.updated_by is None else json.loads(row.updated_by)
-        return StoredEntry(
-            row.key, value, row.updated_at, row.expires_at, updated_by, etag_of(row.value)
-        )
+        etag = etag_of(row.value, row.expires_at, row.updated_by, row.updated_at)
+        return StoredEntry(row.key, value, row.updated_at, row.expires_at, updated_by, etag)
 
     def entries(self, prefix: str = "") -> Iterator[tuple[TaskScope | AssetScope, StoredEntry]]:
         """Every live key under a namespace prefix with its scope, decoded, in order."""

@@ -22,11 +22,13 @@ T = TypeVar("T")
 
 class Entry(NamedTuple):
     """A stored value as the store sees it. `updated_by` is the writer, as compact JSON text
-    (`{"kind": "task", ...}` / `{"kind": "api", "subject": ...}`), or None when unknown."""
+    (`{"kind": "task", ...}` / `{"kind": "api", "subject": ...}`), or None when unknown;
+    `updated_at` the write's time (None where a backend does not report it)."""
 
     value: str
     expires_at: float | None
     updated_by: str | None = None
+    updated_at: float | None = None
 
 
 class Row(NamedTuple):

@@ -103,7 +103,7 @@ _CURRENT_VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"
 
 # One key, found through the primary key; parameters (namespace, key).
 _KEY = "(namespace_md5, key_md5) = (md5(%s)::uuid, md5(%s)::uuid)"
-_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE {_KEY}"
+_GET = f"SELECT value, expires_at, updated_by, updated_at FROM {TABLE} WHERE {_KEY}"
 _LOCK = _GET + " FOR UPDATE"
 _INSERT = (
     f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "

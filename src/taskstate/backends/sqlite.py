@@ -71,7 +71,9 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
-_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE namespace = ? AND key = ?"
+_GET = (
+    f"SELECT value, expires_at, updated_by, updated_at FROM {TABLE} WHERE namespace = ? AND key = ?"
+)
 _SET = (
     f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
     "VALUES (?, ?, ?, ?, ?, ?) "
