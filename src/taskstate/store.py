@@ -251,6 +251,11 @@ class StateStore:
         }
         return result.with_orphans(worker.sweep(live, dry_run=dry_run))
 
+    def probe(self) -> None:
+        """One indexed read (a key that need not exist): raises when the store cannot serve.
+        The HTTP API's readiness check."""
+        self.backend.get(META_PREFIX + "health", "probe")
+
     def describe(self) -> str:
         """Which backend holds the state, never with credentials (for logs, doctor, health)."""
         return self.backend.describe()

@@ -2,21 +2,23 @@
 
 A bad value or key is 422 `{"detail": [{"loc", "msg", "type"}]}` (what FastAPI answers for a
 malformed body), with the Python error's message in `msg`, so an HTTP caller reads the same
-advice as a Python caller. Every other error is `{"detail": "<message>"}`.
+advice as a Python caller. A store failure is 503 with `Retry-After` and no detail of the
+server's paths. Every other error is `{"detail": "<message>"}`.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from fastapi import FastAPI, Request, status
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from starlette.responses import Response
 
 from taskstate.errors import (
-    BackendUnavailableError,
+    BackendError,
     InvalidKeyError,
     InvalidRetentionError,
     InvalidScopeError,
@@ -36,40 +38,61 @@ _INPUT_ERRORS: tuple[tuple[type[TaskStateError], tuple[str, ...]], ...] = (
     (InvalidValueError, ("body", "value")),
     (UnsupportedValueTypeError, ("body", "value")),
 )
+log = logging.getLogger("taskstate.api")
 _STATUS: tuple[tuple[type[TaskStateError], int], ...] = (
     (KeyNotFoundError, status.HTTP_404_NOT_FOUND),
     (PreconditionFailedError, status.HTTP_412_PRECONDITION_FAILED),
     (InvalidTokenError, status.HTTP_401_UNAUTHORIZED),
-    (BackendUnavailableError, status.HTTP_503_SERVICE_UNAVAILABLE),
 )
 
 
-def _unprocessable(loc: tuple[str, ...], message: str) -> JSONResponse:
-    return JSONResponse(
-        {"detail": [{"loc": list(loc), "msg": message, "type": "value_error"}]},
-        status_code=422,
-    )
+def dumps(body: Any) -> bytes:
+    """JSON out, compact and UTF-8 (bodies are built from what the store returned)."""
+    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    return text.encode("utf-8")
 
 
 def _message(exc: BaseException) -> str:
     return str(exc.args[0]) if exc.args else str(exc)
 
 
-async def _taskstate_error(request: Request, exc: Exception) -> JSONResponse:
+def taskstate_error(exc: TaskStateError) -> tuple[int, bytes, dict[str, str]]:
+    """(status, JSON body, headers) for a taskstate error. A failure of the store itself is a
+    503 the client may retry, and says nothing of the server's paths or URLs; the server's log
+    has the whole message."""
     for kind, loc in _INPUT_ERRORS:
         if isinstance(exc, kind):
-            return _unprocessable(loc, _message(exc))
+            error = {"loc": list(loc), "msg": _message(exc), "type": "value_error"}
+            return 422, dumps({"detail": [error]}), {}
     for kind, code in _STATUS:
         if isinstance(exc, kind):
-            return JSONResponse({"detail": _message(exc)}, status_code=code)
-    return JSONResponse({"detail": _message(exc)}, status_code=500)
+            return code, dumps({"detail": _message(exc)}), {}
+    if isinstance(exc, BackendError):
+        log.warning("the state store failed: %s", exc)
+        detail = (
+            f"the state store could not serve this request ({type(exc).__name__}); nothing "
+            "was written, retry"
+        )
+        return 503, dumps({"detail": detail}), {"Retry-After": "1"}
+    log.error("taskstate error answered 500: %s", exc)
+    return 500, dumps({"detail": f"the server failed ({type(exc).__name__})"}), {}
 
 
-async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
-    """FastAPI's own 422, except that an `input` JSON cannot carry is left out rather than
-    failing the response with a 500."""
+async def _taskstate_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, TaskStateError)
+    code, body, headers = taskstate_error(exc)
+    return Response(body, code, headers, media_type="application/json")
+
+
+def validation_body(exc: RequestValidationError) -> bytes:
+    """FastAPI's own 422 body, except that an `input` JSON cannot carry is left out rather
+    than failing the response with a 500."""
+    return dumps({"detail": [_portable(e) for e in exc.errors()]})
+
+
+async def _validation_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, RequestValidationError)
-    return JSONResponse({"detail": [_portable(e) for e in exc.errors()]}, status_code=422)
+    return Response(validation_body(exc), 422, media_type="application/json")
 
 
 def _portable(error: Any) -> Any:

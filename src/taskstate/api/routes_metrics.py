@@ -11,7 +11,7 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from taskstate.api.auth import Forbidden, OpenAccess, TokenPrincipal
+from taskstate.api.auth import Forbidden
 from taskstate.api.context import AppContext, Caller, context
 from taskstate.metrics import Metrics
 
@@ -27,10 +27,7 @@ def metrics(
     principal: Caller,
 ) -> PlainTextResponse:
     """This server's call counts and latencies, offload traffic, cleanup and HTTP metrics."""
-    admin = isinstance(principal, OpenAccess) or (
-        isinstance(principal, TokenPrincipal) and principal.claims.admin
-    )
-    if not admin:
+    if not principal.admin:
         raise Forbidden(f"{principal.subject!r} may not read metrics: an admin token is needed")
     return PlainTextResponse(ctx.store.metrics.prometheus_text(), media_type=PROMETHEUS_TEXT)
 
@@ -61,7 +58,11 @@ class RequestMetrics:
         try:
             await self.app(scope, receive, observed)
         finally:
-            route = getattr(scope.get("route"), "name", None) or "unmatched"
+            route = (
+                scope.get("taskstate.route")  # the state routes (`routes_state`)
+                or getattr(scope.get("route"), "name", None)
+                or "unmatched"
+            )
             tags = (("route", route), ("method", scope["method"]), ("status", str(status)))
             self.metrics.timing("taskstate.api.request", perf_counter() - start, tags)
             self.metrics.count(f"taskstate.api.status.{status // 100}xx")
