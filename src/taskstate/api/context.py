@@ -40,13 +40,15 @@ class AppContext:
     hosting: Hosting = field(default_factory=Hosting)
     max_page_limit: int = 100  # Airflow's [api] maximum_page_limit
 
-    @property
-    def inline(self) -> bool:
-        """Store calls run in the event loop: a local SQLite file without offloading answers
-        in tens of microseconds, less than a hop to a worker thread costs."""
+    inline: bool = field(init=False)
+    """Store calls run in the event loop: a local SQLite file without offloading answers in
+    tens of microseconds, less than a hop to a worker thread costs."""
+
+    def __post_init__(self) -> None:
         from taskstate.backends.sqlite import SQLiteBackend
 
-        return isinstance(self.store.backend, SQLiteBackend) and self.store.worker_backend is None
+        backend, offloads = self.store.backend, self.store.worker_backend is not None
+        self.inline = isinstance(backend, SQLiteBackend) and not offloads
 
     @property
     def body_limit(self) -> int:
