@@ -228,6 +228,9 @@ class HttpBackend(StateBackend):
         now: float,
         updated_by: str | None = None,
     ) -> None:
+        if expires_at is not None and expires_at <= now:  # absent at once; the API refuses it
+            self.delete(namespace, key)
+            return
         self._put(namespace, key, Entry(value, expires_at), now, {})
 
     def _put(
