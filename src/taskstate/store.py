@@ -16,6 +16,7 @@ from taskstate.accessors import AssetStateStore, MetaState, TaskStateStore, _Acc
 from taskstate.backends import load_worker_backend, open_backend
 from taskstate.backends.base import Row, SchemaStatus, StateBackend, WorkerStateBackend
 from taskstate.cleanup import CleanupResult, delete_expired
+from taskstate.discovery import Discovery
 from taskstate.errors import BackendError, OffloadedValueMissingError
 from taskstate.metrics import Metrics, configured
 from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
@@ -27,13 +28,15 @@ from taskstate.stored import (
     REF_PREFIX,
     Page,
     StoredEntry,
-    Writer,
     etag_of,
     is_live,
     stored_ref,
-    task_writer,
 )
 from taskstate.values import decode_value
+from taskstate.writers import Writer, task_writer, writer_text
+
+ImportEntry = tuple[TaskScope | AssetScope, str, object, float | None, float | None, Writer | None]
+"""(scope, key, value, expires_at, updated_at, updated_by) for `StateStore.import_entries`."""
 
 __all__ = [
     "DEFAULT_EXPIRY",
@@ -72,9 +75,14 @@ class StateStore:
         worker_backend: WorkerStateBackend | None = None,
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
+        create: bool = True,
     ) -> None:
+        """`create=False`: reading a SQLite file that does not exist raises
+        `DatabaseMissingError` instead of creating it."""
         self.settings = settings if settings is not None else Settings.load()
-        self.backend = backend if backend is not None else open_backend(url, self.settings)
+        self.backend = (
+            backend if backend is not None else open_backend(url, self.settings, create=create)
+        )
         self.worker_backend = (
             worker_backend if worker_backend is not None else load_worker_backend(self.settings)
         )
@@ -152,6 +160,10 @@ class StateStore:
         for namespace, rows in groupby(self.live_rows(prefix), key=lambda row: row.namespace):
             yield parse_namespace(namespace), sum(1 for _ in rows)
 
+    def discovery(self) -> Discovery:
+        """Which DAGs, runs, task instances and assets hold live state, paged (indexed)."""
+        return Discovery(self.backend, self.clock())
+
     # -- maintenance --------------------------------------------------------------------------
 
     def clear_task(
@@ -186,32 +198,26 @@ class StateStore:
         accessor = self._accessor(scope, writer)
         accessor.write(key, value, expires_at=expires)
 
-    def import_entries(
-        self,
-        entries: Iterable[tuple[TaskScope | AssetScope, str, object, float | None]],
-        *,
-        replace: bool = True,
-    ) -> int:
+    def import_entries(self, entries: Iterable[ImportEntry], *, replace: bool = True) -> int:
         """Write many keys all or nothing: every value is checked and offloaded first, then one
         backend transaction writes them all. `replace=False` keeps keys that already exist.
-        Returns how many rows were written."""
+        Each entry keeps its `updated_at` (None: now) and its writer as given (None: unknown),
+        so a restored backup says who wrote each key and when. Returns how many rows were
+        written."""
         with self.metrics.timer("taskstate.store.import"):
             return self._import_entries(entries, replace)
 
-    def _import_entries(
-        self,
-        entries: Iterable[tuple[TaskScope | AssetScope, str, object, float | None]],
-        replace: bool,
-    ) -> int:
+    def _import_entries(self, entries: Iterable[ImportEntry], replace: bool) -> int:
         now = self.clock()
         rows: list[Row] = []
         uploaded: list[str] = []
         try:
-            for scope, key, value, expires in entries:
+            for scope, key, value, expires, updated_at, writer in entries:
                 accessor = self._accessor(scope, None)
                 text = accessor._offload(key, accessor._encode(key, value), uploaded)
                 expiry = expires if isinstance(scope, TaskScope) else None
-                rows.append(Row(scope.namespace, key, text, expiry, now, accessor._writer))
+                at = now if updated_at is None else updated_at
+                rows.append(Row(scope.namespace, key, text, expiry, at, writer_text(writer)))
             return self.backend.set_many(rows, replace=replace)
         except BaseException:
             self._discard(uploaded)

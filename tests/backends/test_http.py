@@ -30,7 +30,7 @@ from taskstate.backends.http import HttpBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.errors import AccessDeniedError, BackendUnavailableError, ConfigError
 from taskstate.settings import Settings
-from taskstate.testing.contract import NOW, NS, BackendContract
+from taskstate.testing.contract import NOW, NS, BackendContract, untimed
 
 SECRET = "s" * 40
 
@@ -107,7 +107,7 @@ class TestHttpContract(BackendContract):
         assert entry is not None and entry.value == '{"a":[1,2]}'
         assert entry.expires_at == pytest.approx(time.time() + 5.5, abs=1.5)
         backend.set(NS, "never", "1", None, NOW)
-        assert backend.get(NS, "never") == Entry("1", None)
+        assert untimed(backend.get(NS, "never")) == Entry("1", None)
 
     def test_set_overwrites(self, backend: HttpBackend) -> None:  # type: ignore[override]
         backend.set(NS, "k", "1", NOW + 60, NOW)
@@ -143,7 +143,7 @@ class TestHttpContract(BackendContract):
         self, backend: HttpBackend, served: Server
     ) -> None:
         backend.set(NS, "k", "1", None, NOW, '{"kind":"task"}')
-        assert backend.get(NS, "k") == Entry("1", None)  # not reported back
+        assert untimed(backend.get(NS, "k")) == Entry("1", None)  # not reported back
         stored = SQLiteBackend(f"sqlite:///{served.db}").get(NS, "k")
         assert stored is not None and '"kind":"api"' in str(stored.updated_by)
 

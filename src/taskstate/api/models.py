@@ -73,7 +73,9 @@ class AssetStateCollection(BaseModel):
 
 class DagSummary(BaseModel):
     dag_id: str
-    keys: int = Field(description="Live keys across every run, task and map index.")
+    keys: int = Field(
+        description="Live keys across every run, task and map index (10001: more than 10,000)."
+    )
 
 
 class DagCollection(BaseModel):

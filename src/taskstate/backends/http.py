@@ -311,7 +311,7 @@ class HttpBackend(StateBackend):
                         item["key"],
                         entry.value,
                         entry.expires_at,
-                        _epoch(item["updated_at"]),
+                        entry.updated_at or 0.0,
                     )
                 offset += len(items)
                 if not items or offset >= page["total_entries"]:
@@ -475,8 +475,13 @@ def _task_path(scope: TaskScope, leaf: str) -> str:
 def _entry(item: dict[str, Any]) -> Entry:
     # No `updated_by`: the server records the writer from the credentials, and a backend
     # reports only what its caller can have written.
-    expires = item.get("expires_at")
-    return Entry(_encode(item["value"]), None if expires is None else _epoch(expires))
+    expires, updated = item.get("expires_at"), item.get("updated_at")
+    return Entry(
+        _encode(item["value"]),
+        None if expires is None else _epoch(expires),
+        None,
+        None if updated is None else _epoch(updated),
+    )
 
 
 def _epoch(text: str) -> float:
