@@ -17,7 +17,7 @@ from taskstate.backends import load_worker_backend, open_backend
 from taskstate.backends.base import Row, SchemaStatus, StateBackend, WorkerStateBackend
 from taskstate.cleanup import CleanupResult, delete_expired
 from taskstate.discovery import Discovery
-from taskstate.errors import BackendError, OffloadedValueMissingError
+from taskstate.errors import BackendError, ConfigError, OffloadedValueMissingError
 from taskstate.metrics import Metrics, configured
 from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
 from taskstate.settings import Settings
@@ -87,19 +87,38 @@ class StateStore:
             worker_backend if worker_backend is not None else load_worker_backend(self.settings)
         )
         self.clock = clock
+        self._remote = getattr(self.backend, "remote", False)  # values over HTTP
+        if self._remote and self.worker_backend is not None:
+            raise ConfigError(
+                "[workers] state_store_backend (offloading) is configured, but the state is "
+                f"reached over HTTP ({self.describe()}): the server's store decides where "
+                "values live. Configure offloading on the server, and remove it here"
+            )
         # Metrics/tracing (taskstate.metrics): `accessor_class` is the plain class when off.
         self.metrics = metrics if metrics is not None else configured()
 
     def task_state(self, scope: TaskScope, *, writer: Writer | None = None) -> TaskStateStore:
         """The state of one task instance. Writes record `writer` (default: the task itself)."""
+        if self._remote:
+            from taskstate.remote import RemoteTaskState
+
+            return self.metrics.accessor_class(RemoteTaskState)(self, scope, writer)
         return self.metrics.accessor_class(TaskStateStore)(self, scope, writer)
 
     def asset_state(self, scope: AssetScope, *, writer: Writer | None = None) -> AssetStateStore:
         """The state of one asset. Writes record `writer` (default: unknown)."""
+        if self._remote:
+            from taskstate.remote import RemoteAssetState
+
+            return self.metrics.accessor_class(RemoteAssetState)(self, scope, writer)
         return self.metrics.accessor_class(AssetStateStore)(self, scope, writer)
 
     def meta(self, scope: TaskScope) -> MetaState:
         """taskstate's own markers for a task instance (re-run and re-expansion detection)."""
+        if self._remote:
+            from taskstate.remote import RemoteMeta
+
+            return RemoteMeta(self, scope)  # type: ignore[return-value]
         return MetaState(self, scope)
 
     # -- reading ------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """taskstate errors → HTTP statuses, in FastAPI's shapes.
 
-A bad value or key is 422 `{"detail": [{"loc", "msg", "type"}]}` (what FastAPI answers for a
-malformed body), with the Python error's message in `msg`, so an HTTP caller reads the same
-advice as a Python caller. A store failure is 503 with `Retry-After` and no detail of the
-server's paths. Every other error is `{"detail": "<message>"}`.
+The table (which error, which status) is `taskstate.wire.ERRORS`, shared with the client; each
+answer names the error's class in `X-Taskstate-Error`. A bad value or key is 422
+`{"detail": [{"loc", "msg", "type"}]}` (what FastAPI answers for a malformed body), with the
+Python error's message in `msg`, so an HTTP caller reads the same advice as a Python caller.
+A failure of the store itself is 503 with `Retry-After` and no detail of the server's paths or
+URLs. Every other error is `{"detail": "<message>"}`.
 """
 
 from __future__ import annotations
@@ -12,38 +14,15 @@ import json
 import logging
 from typing import Any
 
-from fastapi import FastAPI, Request, status
+from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 
-from taskstate.errors import (
-    BackendError,
-    InvalidKeyError,
-    InvalidRetentionError,
-    InvalidScopeError,
-    InvalidTokenError,
-    InvalidValueError,
-    KeyNotFoundError,
-    PreconditionFailedError,
-    TaskStateError,
-    UnsupportedValueTypeError,
-)
+from taskstate.errors import BackendError, StaleTryError, TaskStateError
+from taskstate.wire import error_headers, error_status
 
-# Where in the request each kind of bad input came from (FastAPI's `loc`).
-_INPUT_ERRORS: tuple[tuple[type[TaskStateError], tuple[str, ...]], ...] = (
-    (InvalidKeyError, ("path", "key")),
-    (InvalidScopeError, ("path",)),
-    (InvalidRetentionError, ("body", "expires_at")),
-    (InvalidValueError, ("body", "value")),
-    (UnsupportedValueTypeError, ("body", "value")),
-)
 log = logging.getLogger("taskstate.api")
-_STATUS: tuple[tuple[type[TaskStateError], int], ...] = (
-    (KeyNotFoundError, status.HTTP_404_NOT_FOUND),
-    (PreconditionFailedError, status.HTTP_412_PRECONDITION_FAILED),
-    (InvalidTokenError, status.HTTP_401_UNAUTHORIZED),
-)
 
 
 def dumps(body: Any) -> bytes:
@@ -57,25 +36,25 @@ def _message(exc: BaseException) -> str:
 
 
 def taskstate_error(exc: TaskStateError) -> tuple[int, bytes, dict[str, str]]:
-    """(status, JSON body, headers) for a taskstate error. A failure of the store itself is a
-    503 the client may retry, and says nothing of the server's paths or URLs; the server's log
-    has the whole message."""
-    for kind, loc in _INPUT_ERRORS:
-        if isinstance(exc, kind):
-            error = {"loc": list(loc), "msg": _message(exc), "type": "value_error"}
-            return 422, dumps({"detail": [error]}), {}
-    for kind, code in _STATUS:
-        if isinstance(exc, kind):
-            return code, dumps({"detail": _message(exc)}), {}
-    if isinstance(exc, BackendError):
+    """(status, JSON body, headers) for a taskstate error, by `taskstate.wire.ERRORS`. A
+    failure of the store itself is a 503 the client may retry and says nothing of the server's
+    paths or URLs; the server's log has the whole message."""
+    code, loc = error_status(exc)
+    headers = error_headers(exc)
+    if loc is not None:
+        error = {"loc": list(loc), "msg": _message(exc), "type": "value_error"}
+        return 422, dumps({"detail": [error]}), headers
+    if isinstance(exc, BackendError) and not isinstance(exc, StaleTryError):
         log.warning("the state store failed: %s", exc)
         detail = (
             f"the state store could not serve this request ({type(exc).__name__}); nothing "
             "was written, retry"
         )
-        return 503, dumps({"detail": detail}), {"Retry-After": "1"}
-    log.error("taskstate error answered 500: %s", exc)
-    return 500, dumps({"detail": f"the server failed ({type(exc).__name__})"}), {}
+        return 503, dumps({"detail": detail}), {**headers, "Retry-After": "1"}
+    if code >= 500:
+        log.error("taskstate error answered %s: %s", code, exc)
+        return code, dumps({"detail": f"the server failed ({type(exc).__name__})"}), headers
+    return code, dumps({"detail": _message(exc)}), headers
 
 
 async def _taskstate_error(request: Request, exc: Exception) -> Response:

@@ -37,9 +37,24 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from taskstate.api import errors, models
 from taskstate.api.auth import Method, Principal, require_asset, require_task
 from taskstate.api.context import AppContext
-from taskstate.errors import InvalidScopeError, KeyNotFoundError, TaskStateError
+from taskstate.errors import (
+    InvalidScopeError,
+    KeyNotFoundError,
+    PreconditionFailedError,
+    StaleTryError,
+    TaskStateError,
+)
 from taskstate.scope import AssetScope, TaskScope
-from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY, StoredEntry
+from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
+from taskstate.wire import (
+    EXPIRES_AT,
+    EXPIRES_IN,
+    WRITE_ID,
+    WRITE_ID_HEADER,
+    asset_entry,
+    quoted,
+    task_entry,
+)
 
 T = TypeVar("T")
 
@@ -272,10 +287,9 @@ async def _fence(ctx: AppContext, principal: Principal) -> None:
     running = await anyio.to_thread.run_sync(running_try, *instance)
     if running != principal.try_number:
         now = "is not running" if running is None else f"is running try {running}"
-        raise HTTPException(
-            status.HTTP_409_CONFLICT,
+        raise StaleTryError(  # 409
             f"stale try: this token is for try {principal.try_number} of the task instance, "
-            f"which {now}; a newer try owns its state, so this write was refused",
+            f"which {now}; a newer try owns its state, so this write was refused"
         )
 
 
@@ -286,10 +300,9 @@ async def _check_instance(
     assert exists is not None
     if not await anyio.to_thread.run_sync(exists, dag_id, run_id, task_id, index):
         addressed = "all_map_indices=True" if index is None else f"map_index={index}"
-        raise HTTPException(
-            status.HTTP_404_NOT_FOUND,
+        raise KeyNotFoundError(  # typed (as Airflow 3.3's 404), not "no such route"
             f"Task instance not found for dag_id={dag_id!r}, run_id={run_id!r}, "
-            f"task_id={task_id!r}, {addressed}",
+            f"task_id={task_id!r}, {addressed}"
         )
 
 
@@ -334,34 +347,8 @@ _NO_CONTENT: Answer = (204, b"", [])
 def _json(body: Any, etag: str | None = None) -> Answer:
     headers = [(b"content-type", b"application/json")]
     if etag is not None:
-        headers.append((b"etag", f'"{etag}"'.encode()))
+        headers.append((b"etag", quoted(etag).encode()))
     return 200, errors.dumps(body), headers
-
-
-def iso(epoch: float | None) -> str | None:
-    """The datetime format pydantic (and so Airflow's API) writes: UTC with a `Z`."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def task_entry(entry: StoredEntry) -> dict[str, Any]:
-    return {
-        "key": entry.key,
-        "value": entry.value,
-        "updated_at": iso(entry.updated_at),
-        "expires_at": iso(entry.expires_at),
-        "last_updated_by": entry.updated_by,
-    }
-
-
-def asset_entry(entry: StoredEntry) -> dict[str, Any]:
-    return {
-        "key": entry.key,
-        "value": entry.value,
-        "updated_at": iso(entry.updated_at),
-        "last_updated_by": entry.updated_by,
-    }
 
 
 def _tags(header: str) -> list[str]:
@@ -391,12 +378,17 @@ def _conditions(request: Request, *, put: bool) -> dict[str, Any]:
     return out
 
 
-def _writer(principal: Principal) -> dict[str, Any]:
-    return {"kind": "api", "subject": principal.subject}
+def _writer(principal: Principal, request: Request) -> dict[str, Any]:
+    """Who writes: the caller, and the client's id of this write when it sent one (a client
+    whose answer was lost reads the key back and finds its own write by it)."""
+    writer: dict[str, Any] = {"kind": "api", "subject": principal.subject}
+    write_id = request.headers.get(WRITE_ID_HEADER)
+    if write_id:
+        writer[WRITE_ID] = write_id[:64]
+    return writer
 
 
-def _accessor(ctx: AppContext, address: Address, principal: Principal | None = None) -> Any:
-    writer = None if principal is None else _writer(principal)
+def _accessor(ctx: AppContext, address: Address, writer: dict[str, Any] | None = None) -> Any:
     if isinstance(address.scope, TaskScope):
         return ctx.store.task_state(address.scope, writer=writer)
     assert address.scope is not None
@@ -411,13 +403,13 @@ def _missing(address: Address) -> str:
 async def _get(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
     """One key with its `ETag`; 304 when the client's copy is current; 404 when absent."""
     entry = await call_store(ctx, _accessor(ctx, a).entry, a.key)
-    if entry is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, _missing(a))
+    if entry is None:  # typed: the client tells "no such key" from "no such route"
+        raise KeyNotFoundError(_missing(a))
     if_none_match = request.headers.get("if-none-match")
     if if_none_match is not None:
         tags = _tags(if_none_match)
         if entry.etag in tags or tags == ["*"]:
-            return 304, b"", [(b"etag", f'"{entry.etag}"'.encode())]
+            return 304, b"", [(b"etag", quoted(entry.etag).encode())]
     render = task_entry if a.route == "task" else asset_entry
     return _json(render(entry), entry.etag)
 
@@ -436,9 +428,17 @@ async def _list(ctx: AppContext, request: Request, principal: Principal, a: Addr
                   "total_entries": page.total})  # fmt: skip
 
 
-def _expiry(ctx: AppContext, when: datetime | str | None) -> Any:
-    """A PUT's `expires_at` -> the store's: refused (422) when already past, or later than
-    9999-12-31T23:59:59Z (the API could not write it back)."""
+def _expiry(ctx: AppContext, body: models.TaskStateBody) -> Any:
+    """A PUT's expiry -> the store's. `expires_in` counts from the server's clock (what the
+    Python client sends); `expires_at` is an instant, refused (422) when already past or later
+    than 9999-12-31T23:59:59Z (the API could not write it back)."""
+    when, now = body.expires_at, ctx.store.clock()
+    if body.expires_in is not None:
+        if when != "default":
+            _unprocessable(("body", EXPIRES_IN), "give expires_at or expires_in, not both")
+        if now + body.expires_in > MAX_EXPIRES_AT:
+            _unprocessable(("body", EXPIRES_IN), "expires_in reaches past 9999-12-31T23:59:59Z")
+        return now + body.expires_in
     if when == "default":
         return DEFAULT_EXPIRY
     if when is None:
@@ -446,10 +446,10 @@ def _expiry(ctx: AppContext, when: datetime | str | None) -> Any:
     assert isinstance(when, datetime)
     epoch = when.timestamp()
     if epoch > MAX_EXPIRES_AT:
-        _unprocessable(("body", "expires_at"), "expires_at is after 9999-12-31T23:59:59Z")
-    if epoch <= ctx.store.clock():
+        _unprocessable(("body", EXPIRES_AT), "expires_at is after 9999-12-31T23:59:59Z")
+    if epoch <= now:
         _unprocessable(
-            ("body", "expires_at"),
+            ("body", EXPIRES_AT),
             "expires_at is not in the future (by the server's clock); to remove a key, DELETE it",
         )
     return epoch
@@ -460,17 +460,15 @@ async def _put(ctx: AppContext, request: Request, principal: Principal, a: Addre
     conditions = _conditions(request, put=True)
     if a.route == "task":
         body = await _body(request, models.TaskStateBody)
-        conditions["expires_at"] = _expiry(ctx, body.expires_at)
+        conditions["expires_at"] = _expiry(ctx, body)
     else:
         body = await _body(request, models.AssetStateBody)
-    accessor = _accessor(ctx, a, principal)
+    accessor = _accessor(ctx, a, _writer(principal, request))
     try:
         entry = await call_store(ctx, lambda: accessor.write(a.key, body.value, **conditions))
     except KeyNotFoundError:
-        raise HTTPException(
-            status.HTTP_412_PRECONDITION_FAILED, f"If-Match: * but key {a.key!r} is absent"
-        ) from None
-    return 204, b"", [(b"etag", f'"{entry.etag}"'.encode())]
+        raise PreconditionFailedError(f"If-Match: * but key {a.key!r} is absent") from None
+    return 204, b"", [(b"etag", quoted(entry.etag).encode())]
 
 
 async def _patch(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
@@ -478,13 +476,13 @@ async def _patch(ctx: AppContext, request: Request, principal: Principal, a: Add
     conditions = _conditions(request, put=False)
     conditions["must_exist"] = True
     body = await _body(request, models.PatchBody)
-    accessor = _accessor(ctx, a, principal)
+    accessor = _accessor(ctx, a, _writer(principal, request))
     try:
         entry = await call_store(
             ctx, lambda: accessor.write(a.key, body.value, expires_at=KEEP_EXPIRY, **conditions)
         )
     except KeyNotFoundError:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, _missing(a)) from None
+        raise KeyNotFoundError(_missing(a)) from None
     return _json(None, entry.etag)
 
 
@@ -497,9 +495,8 @@ async def _delete(ctx: AppContext, request: Request, principal: Principal, a: Ad
         return _NO_CONTENT
     deleted = await call_store(ctx, lambda: accessor.delete_if(a.key, conditions.get("if_match")))
     if not deleted:
-        raise HTTPException(
-            status.HTTP_412_PRECONDITION_FAILED,
-            f"key {a.key!r} changed or is absent since it was read (If-Match no longer holds)",
+        raise PreconditionFailedError(
+            f"key {a.key!r} changed or is absent since it was read (If-Match no longer holds)"
         )
     return _NO_CONTENT
 
@@ -530,8 +527,8 @@ async def _get_marker(
 ) -> Answer:
     assert isinstance(a.scope, TaskScope)
     value = await call_store(ctx, ctx.store.meta(a.scope).get, a.key)
-    if value is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no marker {a.key!r}")
+    if value is None:  # typed: "no such key", not "no such route"
+        raise KeyNotFoundError(f"no marker {a.key!r}")
     return _json({"key": a.key, "value": value, "expires_at": None})
 
 
@@ -594,6 +591,8 @@ for _route, _keyed, _verb in _HANDLERS:
 async def _send(
     send: Send, status_code: int, body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
+    if body and not any(name == b"content-type" for name, _ in headers):
+        headers.append((b"content-type", b"application/json"))
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
