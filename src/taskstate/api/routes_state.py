@@ -55,6 +55,7 @@ from taskstate.wire import (
     quoted,
     task_entry,
 )
+from taskstate.writers import task_writer
 
 T = TypeVar("T")
 
@@ -381,7 +382,12 @@ def _conditions(request: Request, *, put: bool) -> dict[str, Any]:
 def _writer(principal: Principal, request: Request) -> dict[str, Any]:
     """Who writes: the caller, and the client's id of this write when it sent one (a client
     whose answer was lost reads the key back and finds its own write by it)."""
-    writer: dict[str, Any] = {"kind": "api", "subject": principal.subject}
+    instance = principal.task_instance  # a task-instance token writes as that task
+    writer: dict[str, Any] = (
+        {"kind": "api", "subject": principal.subject}
+        if instance is None
+        else task_writer(TaskScope(*instance))
+    )
     write_id = request.headers.get(WRITE_ID_HEADER)
     if write_id:
         writer[WRITE_ID] = write_id[:64]
