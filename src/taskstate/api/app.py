@@ -26,7 +26,11 @@ from taskstate.ui.pages import install as install_ui
 BASE_PATH = "/taskstate"
 
 
-def create_app(store: StateStore, auth: Auth, *, hosting: Hosting | None = None) -> FastAPI:
+def create_app(
+    store: StateStore, auth: Auth, *, hosting: Hosting | None = None, state_routes: bool = True
+) -> FastAPI:
+    """The app. `state_routes=False`: the caller serves `routes_state.StateRoutes` in front of
+    it (`taskstate serve`, to skip the layers below for the hot routes)."""
     app = FastAPI(
         title="taskstate",
         version=taskstate.__version__,
@@ -38,10 +42,10 @@ def create_app(store: StateStore, auth: Auth, *, hosting: Hosting | None = None)
     ctx = AppContext(store, auth, hosting or Hosting(), max_page_limit())
     app.state.taskstate = ctx
     errors.install(app)
-    # Outermost last: metrics time everything, the body limit holds for the state routes too.
-    app.add_middleware(routes_state.StateRoutes, ctx=ctx)
     app.add_middleware(BodyLimit, limit=ctx.body_limit)
     app.add_middleware(routes_metrics.RequestMetrics, metrics=store.metrics)
+    if state_routes:  # outermost (added last); `taskstate serve` puts it before the mount
+        app.add_middleware(routes_state.StateRoutes, ctx=ctx)
     app.include_router(routes_discovery.router)
     if store.metrics.prometheus is not None:  # `taskstate serve`: GET /taskstate/metrics
         app.include_router(routes_metrics.router)

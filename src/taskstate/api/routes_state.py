@@ -24,6 +24,7 @@ import json
 import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
+from time import perf_counter
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, quote, unquote_to_bytes
 
@@ -37,6 +38,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from taskstate.api import errors, models
 from taskstate.api.auth import Method, Principal, require_asset, require_task
 from taskstate.api.context import AppContext
+from taskstate.api.routes_metrics import record
 from taskstate.errors import (
     InvalidScopeError,
     KeyNotFoundError,
@@ -84,23 +86,38 @@ class Address:
 
 
 class StateRoutes:
-    """ASGI middleware: serves the state routes, hands every other request to `app`."""
+    """ASGI middleware: serves the state routes, hands every other request to `app`. It sits
+    outermost (`taskstate serve` puts it in front of the mount at `prefix`), so it enforces the
+    body limit and times its requests itself (`routes_metrics.record`)."""
 
-    def __init__(self, app: ASGIApp, ctx: AppContext) -> None:
+    def __init__(self, app: ASGIApp, ctx: AppContext, prefix: str = "") -> None:
         self.app = app
         self.ctx = ctx
+        self.prefix = prefix.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            match = _match(scope, self.ctx.hosting.asset_by_id is not None)
+            match = _match(self._path(scope), self.ctx.hosting.asset_by_id is not None)
             if match is not None:
-                # The route's name for `RequestMetrics` (as FastAPI's endpoint names it).
-                scope["taskstate.route"] = _NAMES.get((match[0], match[2] is not None,
-                                                       scope["method"]), "unmatched")  # fmt: skip
+                started = perf_counter()
                 status_code, body, headers = await self._answer(scope, receive, match)
                 await _send(send, status_code, body, headers)
+                metrics = self.ctx.store.metrics
+                if metrics.enabled:
+                    # The route's name, as FastAPI's endpoints were named: never an id or key.
+                    name = _NAMES.get((match[0], match[2] is not None, scope["method"]))
+                    seconds = perf_counter() - started
+                    record(metrics, name or "unmatched", scope["method"], status_code, seconds)
                 return
         await self.app(scope, receive, send)
+
+    def _path(self, scope: Scope) -> bytes | None:
+        if not self.prefix:
+            return _raw_path(scope)
+        raw: bytes = scope.get("raw_path") or quote(scope["path"]).encode()
+        if not raw.startswith(self.prefix):
+            return None
+        return raw[len(self.prefix) :]
 
     async def _answer(
         self, scope: Scope, receive: Receive, match: tuple[str, list[bytes], bytes | None]
@@ -137,10 +154,9 @@ def _raw_path(scope: Scope) -> bytes:
     return raw
 
 
-def _match(scope: Scope, by_id: bool) -> tuple[str, list[bytes], bytes | None] | None:
+def _match(path: bytes | None, by_id: bool) -> tuple[str, list[bytes], bytes | None] | None:
     """(route, id segments, raw key or None) of a state route, else None (not ours)."""
-    path = _raw_path(scope)
-    if not path.startswith(b"/api/v2/"):
+    if path is None or not path.startswith(b"/api/v2/"):
         return None
     parts = path.split(b"/")[3:]  # after "", "api", "v2"
     n = len(parts)
@@ -307,10 +323,20 @@ async def _check_instance(
         )
 
 
-async def _body(request: Request, model: type[pydantic.BaseModel]) -> Any:
-    """5. the body, read only now, parsed and validated as FastAPI would (`json.loads`, so a
-    lone surrogate reaches the value rules), in its 422 shape."""
-    raw = await request.body()
+async def _body(ctx: AppContext, request: Request, model: type[pydantic.BaseModel]) -> Any:
+    """5. the body, read only now (413 over the limit), parsed and validated as FastAPI would
+    (`json.loads`, so a lone surrogate reaches the value rules), in its 422 shape."""
+    limit = ctx.body_limit
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise HTTPException(413, f"the request body is over {limit} bytes")
+    chunks, seen = [], 0
+    async for chunk in request.stream():
+        seen += len(chunk)
+        if seen > limit:
+            raise HTTPException(413, f"the request body is over {limit} bytes")
+        chunks.append(chunk)
+    raw = b"".join(chunks)
     if not raw:
         _invalid([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
     try:
@@ -465,10 +491,10 @@ async def _put(ctx: AppContext, request: Request, principal: Principal, a: Addre
     """Create or overwrite; conditional with `If-Match` / `If-None-Match: *`; 204 + ETag."""
     conditions = _conditions(request, put=True)
     if a.route == "task":
-        body = await _body(request, models.TaskStateBody)
+        body = await _body(ctx, request, models.TaskStateBody)
         conditions["expires_at"] = _expiry(ctx, body)
     else:
-        body = await _body(request, models.AssetStateBody)
+        body = await _body(ctx, request, models.AssetStateBody)
     accessor = _accessor(ctx, a, _writer(principal, request))
     try:
         entry = await call_store(ctx, lambda: accessor.write(a.key, body.value, **conditions))
@@ -481,7 +507,7 @@ async def _patch(ctx: AppContext, request: Request, principal: Principal, a: Add
     """Replace the value of an existing key, keeping its expiry (200, body `null`)."""
     conditions = _conditions(request, put=False)
     conditions["must_exist"] = True
-    body = await _body(request, models.PatchBody)
+    body = await _body(ctx, request, models.PatchBody)
     accessor = _accessor(ctx, a, _writer(principal, request))
     try:
         entry = await call_store(
@@ -542,7 +568,7 @@ async def _put_marker(
     ctx: AppContext, request: Request, principal: Principal, a: Address
 ) -> Answer:
     assert isinstance(a.scope, TaskScope) and a.key is not None
-    body = await _body(request, MetaBody)
+    body = await _body(ctx, request, MetaBody)
     key, value = a.key, body.value
     await call_store(ctx, lambda: ctx.store.meta(a.scope).set(key, value))  # type: ignore[arg-type]
     return _NO_CONTENT

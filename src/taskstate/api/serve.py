@@ -47,9 +47,13 @@ def standalone_app(store: StateStore, keys: SigningKeys | None) -> ASGIApp:
 
     from taskstate.api.app import BASE_PATH, RefuseControlCharacters, create_app
     from taskstate.api.auth import Auth
+    from taskstate.api.routes_state import StateRoutes
 
-    app = create_app(store, Auth.standalone(keys))
-    served = RefuseControlCharacters(Starlette(routes=[Mount(BASE_PATH, app)]))
+    app = create_app(store, Auth.standalone(keys), state_routes=False)
+    mounted = Starlette(routes=[Mount(BASE_PATH, app)])
+    # The state routes first: the hot path skips the mount and FastAPI's middleware stack.
+    state = StateRoutes(mounted, app.state.taskstate, prefix=BASE_PATH)
+    served = RefuseControlCharacters(state)
     return served if keys is not None else LoopbackHostOnly(served)
 
 
