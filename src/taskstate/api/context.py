@@ -44,6 +44,9 @@ class AppContext:
     """Store calls run in the event loop: a local SQLite file without offloading answers in
     tens of microseconds, less than a hop to a worker thread costs."""
 
+    accessors: dict[Any, Any] = field(init=False, default_factory=dict)
+    """Recent accessors by (scope, writer) (`routes_state`)."""
+
     def __post_init__(self) -> None:
         from taskstate.backends.sqlite import SQLiteBackend
 

@@ -4,6 +4,7 @@ method and status; and `GET /taskstate/metrics`, the process's totals as Prometh
 
 from __future__ import annotations
 
+import weakref
 from time import perf_counter
 from typing import Annotated
 
@@ -13,7 +14,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from taskstate.api.auth import Forbidden
 from taskstate.api.context import AppContext, Caller, context
-from taskstate.metrics import Metrics
+from taskstate.metrics import COUNTER, TIMER, Metrics
 
 # Prometheus text exposition format 0.0.4.
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -63,7 +64,27 @@ class RequestMetrics:
 
 
 def record(metrics: Metrics, route: str, method: str, status: int, seconds: float) -> None:
-    """One request's metrics (`RequestMetrics`' names and tags)."""
-    tags = (("route", route), ("method", method), ("status", str(status)))
-    metrics.timing("taskstate.api.request", seconds, tags)
-    metrics.count(f"taskstate.api.status.{status // 100}xx")
+    """One request's metrics (`RequestMetrics`' names and tags); the slots of a (route,
+    method, status) are looked up once, not per request."""
+    if not metrics.sinks:
+        return
+    known = _SLOTS.get(metrics)
+    if known is None:
+        known = _SLOTS[metrics] = {}
+    key = (route, method, status)
+    slots = known.get(key)
+    if slots is None:
+        tags = (("route", route), ("method", method), ("status", str(status)))
+        timer = metrics.slot("taskstate.api.request", tags, TIMER)
+        counter = metrics.slot(f"taskstate.api.status.{status // 100}xx", (), COUNTER)
+        slots = known[key] = (timer, counter)
+    timer, counter = slots
+    timer[0] += 1  # as `Metrics.timing` / `count` add (see `Metrics.slot`)
+    timer[1] += seconds
+    counter[0] += 1
+    counter[1] += 1
+
+
+_SLOTS: weakref.WeakKeyDictionary[
+    Metrics, dict[tuple[str, str, int], tuple[list[float], list[float]]]
+] = weakref.WeakKeyDictionary()

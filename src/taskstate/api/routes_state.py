@@ -251,7 +251,7 @@ async def _serve(
             index = None if address.all_map_indices else address.map_index
         require_task(principal, dag_id, run_id, task_id, index, method)
         try:
-            address.scope = TaskScope(dag_id, run_id, task_id, address.map_index)
+            address.scope = _task_scope(dag_id, run_id, task_id, address.map_index)
         except InvalidScopeError as exc:
             _unprocessable(("path",), str(exc))
     if method != "GET":
@@ -420,11 +420,46 @@ def _writer(principal: Principal, request: Request) -> dict[str, Any]:
     return writer
 
 
+def _task_scope(dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskScope:
+    """A validated scope; the recent ones are kept (a worker addresses one task instance over
+    and over, and a scope is immutable)."""
+    key = (dag_id, run_id, task_id, map_index)
+    found = _SCOPES.get(key)
+    if found is None:
+        found = TaskScope(dag_id, run_id, task_id, map_index)
+        if len(_SCOPES) >= _KEPT:
+            _SCOPES.clear()
+        _SCOPES[key] = found
+    return found
+
+
 def _accessor(ctx: AppContext, address: Address, writer: dict[str, Any] | None = None) -> Any:
-    if isinstance(address.scope, TaskScope):
-        return ctx.store.task_state(address.scope, writer=writer)
-    assert address.scope is not None
-    return ctx.store.asset_state(address.scope, writer=writer)
+    """The scope's accessor, writing as `writer`. An accessor holds only the store, the scope
+    and the writer, so the recent ones are kept and reused (not one with a write id: each
+    write has its own)."""
+    scope = address.scope
+    assert scope is not None
+    if writer is not None and WRITE_ID in writer:
+        return _new_accessor(ctx, scope, writer)
+    key = (scope, None if writer is None else tuple(writer.items()))
+    found = ctx.accessors.get(key)
+    if found is None:
+        if len(ctx.accessors) >= _KEPT:
+            ctx.accessors.clear()
+        found = ctx.accessors[key] = _new_accessor(ctx, scope, writer)
+    return found
+
+
+def _new_accessor(
+    ctx: AppContext, scope: TaskScope | AssetScope, writer: dict[str, Any] | None
+) -> Any:
+    if isinstance(scope, TaskScope):
+        return ctx.store.task_state(scope, writer=writer)
+    return ctx.store.asset_state(scope, writer=writer)
+
+
+_KEPT = 1024
+_SCOPES: dict[tuple[str, str, str, int], TaskScope] = {}
 
 
 def _missing(address: Address) -> str:
