@@ -324,7 +324,8 @@ def main() -> int:
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
     command = (f"bench/http_floor.py --n {args.n} --clients {args.clients} "
                f"--seconds {args.seconds:g} --workers {args.workers}")  # fmt: skip
-    save("http_floor", figures, command=command, started=started)
+    name = "http_floor" if args.workers == 1 else f"http_floor_workers{args.workers}"
+    save(name, figures, command=command, started=started)
     return 0
 
 
