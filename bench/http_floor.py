@@ -24,19 +24,17 @@ import asyncio
 import http.client
 import json
 import os
-import signal
-import socket
 import sqlite3
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from http_ops import free_port, latency_table, ms, pct, process
 from record import meta, save
 
 SECRET = "bench-http-floor-secret-0123456789abcdefgh"
@@ -98,12 +96,6 @@ def bare_app(path: str) -> Any:
     return app
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def wait_up(port: int, path: str, timeout: float = 60) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -116,22 +108,6 @@ def wait_up(port: int, path: str, timeout: float = 60) -> None:
             pass
         time.sleep(0.2)
     raise RuntimeError(f"port {port} did not come up")
-
-
-@contextmanager
-def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
-    with log.open("wb") as out:
-        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-        try:
-            yield
-        finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
 
 
 class Side:
@@ -169,11 +145,6 @@ def start_bare(stack: ExitStack, tmp: Path) -> Side:
     stack.enter_context(process(args, dict(os.environ), tmp / "bare.log"))
     wait_up(port, "/x/health")
     return Side("bare ASGI + SQLite", port, "/bare/ts_bench/r1/t", {})
-
-
-def pct(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def latency(sides: list[Side], n: int) -> dict[str, dict[str, list[float]]]:
@@ -254,30 +225,25 @@ async def _drive(port: int, path: str, headers: dict[str, str], clients: int,
 
 
 def throughput(side: Side, clients: int, seconds: float) -> dict[str, Any]:
-    """Driven from a separate process, so the client's CPU is not the server's."""
-    out = subprocess.run(
-        [sys.executable, __file__, "--drive", str(side.port), "--path", side.path,
-         "--headers", json.dumps(side.headers), "--clients", str(clients),
-         "--seconds", str(seconds)],
-        check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    result: dict[str, Any] = json.loads(out)
+    """Driven from a separate process (this script with `--drive`), so the client's CPU is
+    not the server's."""
+    drive = ["--drive", str(side.port), "--path", side.path, "--headers", json.dumps(side.headers)]
+    load = ["--clients", str(clients), "--seconds", str(seconds)]
+    done = subprocess.run([sys.executable, __file__, *drive, *load], check=True,
+                          capture_output=True, text=True)  # fmt: skip
+    result: dict[str, Any] = json.loads(done.stdout)
     return result
-
-
-def ms(seconds: float) -> str:
-    return f"{seconds * 1000:.2f} ms"
 
 
 def main() -> int:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--n", type=int, default=2000, help="latency samples per op and side")
-    parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--workers", type=int, default=1, help="taskstate serve --workers")
+    parser.add_argument("--n", type=int, default=2000, help="latency samples per op and side")
+    parser.add_argument("--seconds", type=float, default=10)
+    parser.add_argument("--clients", type=int, default=32)
+    for hidden in ("--path", "--headers"):  # the --drive child's arguments
+        parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--drive", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--path", help=argparse.SUPPRESS)
-    parser.add_argument("--headers", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drive:
         result = asyncio.run(_drive(args.drive, args.path, json.loads(args.headers),
@@ -293,16 +259,7 @@ def main() -> int:
         times = latency(sides, args.n)
         print(f"\nlatency: one keep-alive http.client connection per server, interleaved, "
               f"n={args.n} per op and side, one key (one row)")  # fmt: skip
-        print("| server | PUT p50 | PUT p95 | GET p50 | GET p95 |")
-        print("|---|---:|---:|---:|---:|")
-        for side in sides:
-            t = times[side.name]
-            figures["latency"][side.name] = {
-                f"{op} {q}_ms": 1000 * (statistics.median(t[op]) if q == "p50" else pct(t[op], .95))
-                for op in ("PUT", "GET") for q in ("p50", "p95")
-            }  # fmt: skip
-            print(f"| {side.name} | {ms(statistics.median(t['PUT']))} | {ms(pct(t['PUT'], .95))} "
-                  f"| {ms(statistics.median(t['GET']))} | {ms(pct(t['GET'], .95))} |")  # fmt: skip
+        figures["latency"] = latency_table(times, ("PUT", "GET"))
         bare, ours = sides
         for op in ("PUT", "GET"):
             ratio = statistics.median(times[ours.name][op]) / statistics.median(
@@ -314,13 +271,11 @@ def main() -> int:
         print(f"\nthroughput: {args.clients} keep-alive clients in another process, mixed "
               f"PUT/GET (one key per client), {args.seconds:g} s; taskstate serve "
               f"--workers {args.workers}")  # fmt: skip
-        print("| server | req/s | errors | p50 | p99 |")
-        print("|---|---:|---:|---:|---:|")
+        print("| server | req/s | errors | p50 | p99 |\n|---|---:|---:|---:|---:|")
         for side in sides:
-            r = throughput(side, args.clients, args.seconds)
-            figures["throughput"][side.name] = r
-            print(f"| {side.name} | {r['rps']:.0f} | {r['errors']} | {ms(r['p50'])} "
-                  f"| {ms(r['p99'])} |")  # fmt: skip
+            r = figures["throughput"][side.name] = throughput(side, args.clients, args.seconds)
+            cells = [f"{r['rps']:.0f}", str(r["errors"]), ms(r["p50"]), ms(r["p99"])]
+            print(f"| {side.name} | {' | '.join(cells)} |")
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
     command = (f"bench/http_floor.py --n {args.n} --clients {args.clients} "
                f"--seconds {args.seconds:g} --workers {args.workers}")  # fmt: skip
