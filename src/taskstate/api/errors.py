@@ -27,8 +27,11 @@ log = logging.getLogger("taskstate.api")
 
 def dumps(body: Any) -> bytes:
     """JSON out, compact and UTF-8 (bodies are built from what the store returned)."""
-    text = json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.encode("utf-8")
+    return _ENCODER.encode(body).encode("utf-8")
+
+
+# One encoder: `json.dumps` with any non-default option builds a new one per call.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _message(exc: BaseException) -> str:
