@@ -165,9 +165,8 @@ class StateStore:
         if value is GONE:
             return None
         updated_by = None if row.updated_by is None else json.loads(row.updated_by)
-        return StoredEntry(
-            row.key, value, row.updated_at, row.expires_at, updated_by, etag_of(row.value)
-        )
+        etag = etag_of(row.value, row.expires_at, row.updated_by, row.updated_at)
+        return StoredEntry(row.key, value, row.updated_at, row.expires_at, updated_by, etag)
 
     def entries(self, prefix: str = "") -> Iterator[tuple[TaskScope | AssetScope, StoredEntry]]:
         """Every live key under a namespace prefix with its scope, decoded, in order."""
@@ -278,6 +277,11 @@ class StateStore:
         )
         with LiveRefIndex(refs) as live:
             return result.with_orphans(worker.sweep_orphans(live, dry_run=dry_run))
+
+    def probe(self) -> None:
+        """One indexed read (a key that need not exist): raises when the store cannot serve.
+        The HTTP API's readiness check."""
+        self.backend.get(META_PREFIX + "health", "probe")
 
     def describe(self) -> str:
         """Which backend holds the state, never with credentials (for logs, doctor, health)."""

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar
 
-from taskstate.errors import BackendError
+from taskstate.errors import BackendError, ConfigError
 from taskstate.redaction import redact_url
 from taskstate.scope import SEP
 
@@ -106,6 +106,13 @@ class StateBackend(ABC):
     @abstractmethod
     def delete(self, namespace: str, key: str) -> None:
         """No-op when the key is absent."""
+
+    def delete_if(self, namespace: str, key: str, version: Entry) -> bool:
+        """Delete `key` only while its row is still `version` (as `get` returned it: value,
+        expiry, writer and write time); True if it went. The HTTP API's DELETE with If-Match."""
+        raise ConfigError(
+            f"{type(self).__name__} cannot delete conditionally; serve from the database itself"
+        )
 
     @abstractmethod
     def clear(self, namespace: str) -> int:

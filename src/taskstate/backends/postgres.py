@@ -146,6 +146,10 @@ _UPDATE_XID = (
 )
 _XACT_STATUS = "SELECT txid_status(%s)"
 _DELETE = f"DELETE FROM {TABLE} WHERE {_KEY}"
+_DELETE_IF = (
+    _DELETE + " AND value = %s AND expires_at IS NOT DISTINCT FROM %s"
+    " AND updated_by IS NOT DISTINCT FROM %s AND updated_at = %s"
+)
 _CLEAR = f"DELETE FROM {TABLE} WHERE namespace_md5 = md5(%s)::uuid"
 # Namespaces in [lo, hi): the truncated bounds let the order index narrow the range (cutting
 # both sides of a comparison to 200 characters keeps it true in byte order).
@@ -536,6 +540,11 @@ class PostgresBackend(StateBackend):
 
     def delete(self, namespace: str, key: str) -> None:
         self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=True))
+
+    def delete_if(self, namespace: str, key: str, version: Entry) -> bool:
+        params = (namespace, key, version.value, version.expires_at, version.updated_by,
+                  version.updated_at)  # fmt: skip
+        return bool(self._run(lambda conn: conn.execute(_DELETE_IF, params).rowcount))
 
     def clear(self, namespace: str) -> int:
         return self._run(lambda conn: conn.execute(_CLEAR, (namespace,), prepare=True).rowcount)
