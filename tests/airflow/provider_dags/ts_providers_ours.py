@@ -113,7 +113,7 @@ class _Faulted:
             _fault(context)
         super().poll_until_complete(external_id, context)  # type: ignore[misc]
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Any, **kwargs: Any) -> Any:  # Airflow 2's sentinel
         services = _services(context)
         ti = context["ti"]
         self.name_logical_job(f"{ti.run_id}|{ti.task_id}")
@@ -130,7 +130,7 @@ class _Faulted:
             # An exception out of submit_job would be a refused submission (the retry may
             # submit again): fail the write of the id instead, as a crash right there would.
             context["task_state_store"] = _LosesTheId(context["task_state_store"])
-        result = super().execute(context)  # type: ignore[misc]
+        result = super().execute(context, **kwargs)  # type: ignore[misc]
         store = context.get("task_state_store")
         _report(services, ti, None if store is None else store.get(key), result)
         return result
@@ -183,7 +183,7 @@ class _UpstreamFaulted:
     # (class, method) of the submission call and of the status call the wait repeats
     calls: tuple[Any, str, Any, str]
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Any, **kwargs: Any) -> Any:  # Airflow 2's sentinel
         services = _services(context)
         ti = context["ti"]
         self.name_logical_job(f"{ti.run_id}|{ti.task_id}")  # type: ignore[attr-defined]
@@ -210,7 +210,7 @@ class _UpstreamFaulted:
         setattr(submit_owner, submit, after_submit)
         setattr(status_owner, status, status_check)
         try:
-            result = super().execute(context)  # type: ignore[misc]
+            result = super().execute(context, **kwargs)  # type: ignore[misc]
         finally:
             setattr(submit_owner, submit, submitted)
             setattr(status_owner, status, checked)
