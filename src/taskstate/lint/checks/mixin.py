@@ -347,13 +347,15 @@ def _not_durable_providers(src: Source, ctx: Context) -> Iterator[Finding]:
         module, name = _PROVIDERS[qual]
         dist = f"apache-airflow-providers-{name}"
         path, operator = qual.rsplit(".", 1)
-        release = _release_taking_mixin(dist, path.replace(".", "/") + ".py", operator)
+        release, on_mixin = _installed_release(dist, path.replace(".", "/") + ".py", operator)
         version = ctx.version
-        if release is not None and (version.parts is None or version.parts >= SDK):
+        if on_mixin and (version.parts is None or version.parts >= SDK):
             continue  # upstream's durable path: native on 3.3+, the setting on 3.0-3.2 (TS406)
         where = f"Airflow {version.label}" if version.parts else "any Airflow"
         if release is not None:
-            where += f"; {dist} {release} takes the mixin from Airflow 3.0 on"
+            where += f", {dist} {release}"
+            if on_mixin:
+                where += " (its mixin resumes from Airflow 3.0 on)"
         yield ctx.finding(
             src,
             "TS410",
@@ -366,13 +368,16 @@ def _not_durable_providers(src: Source, ctx: Context) -> Iterator[Finding]:
 
 
 @functools.cache
-def _release_taking_mixin(dist: str, path: str, operator: str) -> str | None:
-    """The installed release of `dist` when its `operator` subclasses ResumableJobMixin, else
-    None (not installed, or not on the mixin). Reads the file; never imports Airflow."""
+def _installed_release(dist: str, path: str, operator: str) -> tuple[str | None, bool]:
+    """The installed release of `dist` (None if it is not installed) and whether its `operator`
+    subclasses ResumableJobMixin. Reads the file; never imports Airflow."""
     try:
         found = metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return None, False
+    try:
         text = Path(str(found.locate_file(path))).read_text()
-    except (metadata.PackageNotFoundError, OSError):
-        return None
+    except OSError:
+        return found.version, False
     bases = re.search(rf"^class {operator}\(([^)]*)\)", text, re.MULTILINE)
-    return found.version if bases and _MIXIN in bases.group(1) else None
+    return found.version, bool(bases and _MIXIN in bases.group(1))
