@@ -111,15 +111,25 @@ def reports(out: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
 
 
-def check(tasks: list[str], found: dict[str, dict[str, Any]], jobs: dict[str, list[Any]]) -> None:
-    """Each task: retried once, one job, and the result the operator returns for that job."""
+def check(
+    tasks: list[str],
+    found: dict[str, dict[str, Any]],
+    jobs: dict[str, list[Any]],
+    foreign: dict[str, Any] | None = None,
+) -> None:
+    """Each task: one job, the result the operator returns for that job; a killed task was
+    retried once; a task that started with a foreign id refused it and ran its own job."""
     assert sorted(found) == sorted(tasks), sorted(found)
-    assert Counter({t: len(ids) for t, ids in jobs.items()}) == Counter(dict.fromkeys(tasks, 1)), (
-        jobs
-    )
+    one_each = Counter(dict.fromkeys(tasks, 1))
+    assert Counter({t: len(ids) for t, ids in jobs.items()}) == one_each, jobs
     for task in tasks:
         report, (job,) = found[task], jobs[task]
-        assert report["try_number"] == 2, report  # try 1 died
+        if task.endswith("_foreign_id"):
+            assert foreign is not None
+            assert report["try_number"] == 1, report
+            assert job != foreign[task.removesuffix("_foreign_id")], report
+        else:
+            assert report["try_number"] == 2, report  # try 1 died
         assert report["stored"] == job, (task, report, job)
         # ECS returns the task's last log line (None without CloudWatch logs); the others the id
         assert report["result"] == (None if task.startswith("ecs_") else job), (task, report)
