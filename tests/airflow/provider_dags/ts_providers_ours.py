@@ -10,15 +10,15 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
   elsewhere would: `verify_job` must refuse it, and the task runs its own job.
 
 The fault is a SIGKILL of the task process under a scheduler, an exception under `dags test`:
-TS_PROVIDER_FAULT = kill | raise | none. Two DAGs: `ts_providers_ours` (every operator at every
-point) and `ts_providers_ours_window` (every operator at `in_window`); with
-TS_PROVIDERS_UPSTREAM set, a third, `ts_providers_upstream`, runs the providers' own classes
-with the same faults. Where the services are: the run's conf, else the TS_SERVICES environment
-variable (JSON: `aws`, `dbt`, `airbyte`, `ca`, `out`), applied to the task process's environment
-(connections, the fake's CA bundle) before the operator runs. Each job names its logical job
-(`<run_id>|<task_id>`) in what the service records: the query, the Batch job's parameters, the
-ECS container's environment, the dbt run's cause, the Airbyte connection id. Each finished try
-writes a report to `<out>/<task_id>.json`.
+TS_PROVIDER_FAULT = kill | raise | none. DAGs: `ts_providers_ours` (every operator at every
+point), `ts_providers_ours_kills` (the three kill points) and `ts_providers_ours_window` (every
+operator at `in_window`); with TS_PROVIDERS_UPSTREAM set, a fourth, `ts_providers_upstream`,
+runs the providers' own classes with the same faults. Where the services are: the run's conf,
+else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`, `ca`, `out`), applied
+to the task process's environment (connections, the fake's CA bundle) before the operator runs.
+Each job names its logical job (`<run_id>|<task_id>`) in what the service records: the query,
+the Batch job's parameters, the ECS container's environment, the dbt run's cause, the Airbyte
+connection id. Each finished try writes a report to `<out>/<task_id>.json`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,16 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from airflow.providers.amazon.aws.hooks.batch_client import BatchClientHook
+
 from taskstate.providers.airbyte import AirbyteTriggerSyncOperator
 from taskstate.providers.amazon import AthenaOperator, BatchOperator, EcsRunTaskOperator
 from taskstate.providers.dbt_cloud import DbtCloudRunJobOperator
+
+# The hook waits random.uniform(1, 10) s between Batch status checks; its docs show lowering the
+# bounds like this. Shorter waits keep the test short and change nothing else.
+BatchClientHook.DEFAULT_DELAY_MIN = 0
+BatchClientHook.DEFAULT_DELAY_MAX = 1
 
 try:
     from airflow.sdk import DAG
@@ -307,6 +314,7 @@ def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any]) -> None:
 
 # Every operator at every point; and the window alone (the smaller run for a sequential executor).
 _dag("ts_providers_ours", ALL_TASKS, OURS)
+_dag("ts_providers_ours_kills", [f"{op}_{p}" for op in OPERATORS for p in KILLS], OURS)
 _dag("ts_providers_ours_window", [f"{op}_in_window" for op in OPERATORS], OURS)
 if os.environ.get("TS_PROVIDERS_UPSTREAM"):  # the bench's baseline: the providers' own classes
     _dag(
