@@ -36,7 +36,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-ACCOUNT = 7
 
 
 @dataclass(frozen=True)
