@@ -37,7 +37,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 
-
 @dataclass(frozen=True)
 class Services:
     dbt_host: str  # host:port, the dbt Cloud connection's host (the hook adds https://)
