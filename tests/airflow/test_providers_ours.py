@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 from tests.airflow.deployment import Deployments
-from tests.airflow.harness import AirflowHome, versions
+from tests.airflow.harness import AirflowHome, not_selected, versions
 from tests.aws_server import running_aws
 from tests.job_services import running_services
 
@@ -143,7 +143,7 @@ def test_sigkilled_at_each_point_one_job_per_logical_job(
     version: str, dag_id: str, tasks: list[str], deployments: Deployments, tmp_path: Path
 ) -> None:
     if version not in versions():
-        pytest.skip(f"Airflow {version} not selected (TASKSTATE_AIRFLOW_VERSIONS)")
+        pytest.skip(not_selected([version]))
     deployment = deployments.get(version, extra_dags=[DAG_FILE])
     if not (deployment.home.dags / DAG_FILE.name).exists():  # started by an earlier test
         shutil.copy(DAG_FILE, deployment.home.dags)
@@ -158,7 +158,7 @@ def test_sigkilled_at_each_point_one_job_per_logical_job(
 @pytest.fixture(scope="module")
 def home_33(tmp_path_factory: pytest.TempPathFactory) -> AirflowHome:
     if "3.3" not in versions():
-        pytest.skip("Airflow 3.3 not selected (TASKSTATE_AIRFLOW_VERSIONS)")
+        pytest.skip(not_selected(["3.3"]))
     return AirflowHome("3.3", tmp_path_factory.mktemp("providers-3.3"), [DAG_FILE])
 
 

@@ -77,10 +77,6 @@ class ProviderJob(ResumableJobMixin):
             return super().execute(context, **kwargs)  # type: ignore[misc]
         return self.execute_resumable(context)
 
-    def submission_token(self, context: Mapping[str, Any]) -> str | None:
-        """The idempotency token of the submission being made (None when not durable)."""
-        return self.idempotency_token(context)
-
     def recorded_token(self, context: Mapping[str, Any]) -> str | None:
         """The token of the intent the stored id belongs to, or None (no intent: the id was
         written by a class without taskstate's intent record, e.g. upstream's mixin)."""
