@@ -14,8 +14,9 @@ service's ledger says how many jobs it accepted for each.
 With `--ours`: taskstate.providers' operators (Athena, Batch, ECS, dbt Cloud, Airbyte) against
 the providers' own classes, in one deployment of Airflow 3.2 (LocalExecutor), runs of two DAGs
 of tests/airflow/provider_dags/ts_providers_ours.py (`ts_providers_ours_kills`,
-`ts_providers_upstream`) interleaved, try 1 of every task SIGKILLed inside the submit→persist window, after the id is saved, or while polling, against
-moto (tests/aws_server.py) and the dbt Cloud / Airbyte fakes (tests/job_services.py).
+`ts_providers_upstream`) interleaved, try 1 of every task SIGKILLed inside the submit→persist
+window, after the id is saved, or while polling, against moto (tests/aws_server.py) and the
+dbt Cloud / Airbyte fakes (tests/job_services.py).
 
 Prints a markdown table (pasted into bench/README.md). Not part of the test suite.
 """
