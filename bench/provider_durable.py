@@ -12,10 +12,11 @@ service's ledger says how many jobs it accepted for each.
     .venv/bin/python bench/provider_durable.py [--runs 3]
 
 With `--ours`: taskstate.providers' operators (Athena, Batch, ECS, dbt Cloud, Airbyte) against
-the providers' own classes, in one deployment of Airflow 3.2 (LocalExecutor), runs of the two
-DAGs of tests/airflow/provider_dags/ts_providers_ours.py interleaved, try 1 of every task
-SIGKILLed inside the submit→persist window, after the id is saved, or while polling, against
-moto (tests/aws_server.py) and the dbt Cloud / Airbyte fakes (tests/job_services.py).
+the providers' own classes, in one deployment of Airflow 3.2 (LocalExecutor), runs of two DAGs
+of tests/airflow/provider_dags/ts_providers_ours.py (`ts_providers_ours_kills`,
+`ts_providers_upstream`) interleaved, try 1 of every task SIGKILLed inside the submit→persist
+window, after the id is saved, or while polling, against moto (tests/aws_server.py) and the
+dbt Cloud / Airbyte fakes (tests/job_services.py).
 
 Prints a markdown table (pasted into bench/README.md). Not part of the test suite.
 """
@@ -122,7 +123,7 @@ def ours(runs: int) -> None:
     side = Side("taskstate.providers 3.2", "3.2", taskstate=True)
     side.prepare()
     tasks = [f"{op}_{fault}" for op in OURS_OPERATORS for fault in FAULTS]
-    sides = {True: "ts_providers_ours", False: "ts_providers_upstream"}
+    sides = {True: "ts_providers_ours_kills", False: "ts_providers_upstream"}
     run_ids: dict[bool, list[str]] = defaultdict(list)
     with tempfile.TemporaryDirectory() as tmp, contextlib.ExitStack() as stack:
         root = Path(tmp)

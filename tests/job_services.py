@@ -36,8 +36,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-ACCOUNT = 7
-
 
 @dataclass(frozen=True)
 class Services:
@@ -50,21 +48,6 @@ class Services:
         if not self.ledger.exists():
             return []
         return [json.loads(line) for line in self.ledger.read_text().splitlines()]
-
-    def env(self) -> dict[str, str]:
-        """The Airflow connections (`dbt_cloud_default`, `airbyte_default`) and the CA bundle."""
-        dbt = {
-            "conn_type": "dbt_cloud",
-            "host": self.dbt_host,
-            "password": "t",
-            "login": str(ACCOUNT),
-        }
-        airbyte = {"conn_type": "airbyte", "host": self.airbyte_url, "login": "id", "password": "s"}
-        return {
-            "AIRFLOW_CONN_DBT_CLOUD_DEFAULT": json.dumps(dbt),
-            "AIRFLOW_CONN_AIRBYTE_DEFAULT": json.dumps(airbyte),
-            "REQUESTS_CA_BUNDLE": str(self.ca_bundle),
-        }
 
 
 def _certificate(workdir: Path) -> tuple[Path, Path]:

@@ -64,19 +64,18 @@ class ProviderJob(ResumableJobMixin):
     def blocking(self) -> bool:
         return not getattr(self, "deferrable", False)
 
-    def execute(self, context: Any) -> Any:
+    def execute(self, context: Any, **kwargs: Any) -> Any:
+        # `kwargs`: Airflow 2.10/2.11 pass `<Class>__sentinel=...` to `execute`, which only an
+        # `execute` defined in an operator's own class body gets unwrapped; the provider's
+        # (so wrapped) takes it on the non-blocking path.
         if not self.blocking():
             self.log.info(  # type: ignore[attr-defined]
                 "%s: not waiting in this task (deferrable or asynchronous), so the provider's "
                 "own execute runs: no crash recovery for this task",
                 type(self).__name__,
             )
-            return super().execute(context)  # type: ignore[misc]
+            return super().execute(context, **kwargs)  # type: ignore[misc]
         return self.execute_resumable(context)
-
-    def submission_token(self, context: Mapping[str, Any]) -> str | None:
-        """The idempotency token of the submission being made (None when not durable)."""
-        return self.idempotency_token(context)
 
     def recorded_token(self, context: Mapping[str, Any]) -> str | None:
         """The token of the intent the stored id belongs to, or None (no intent: the id was

@@ -41,7 +41,7 @@ class AthenaOperator(ProviderJob, _Athena):  # type: ignore[misc]  # the provide
         self.query_execution_context["Catalog"] = self.catalog
         if self.output_location:
             self.result_configuration["OutputLocation"] = self.output_location
-        token = self.client_request_token or self.submission_token(context)
+        token = self.client_request_token or self.idempotency_token(context)
         self.query_execution_id = self.hook.run_query(
             self.query,
             self.query_execution_context,
@@ -113,7 +113,7 @@ class BatchOperator(ProviderJob, _Batch):  # type: ignore[misc]  # the provider 
         return bool(self.wait_for_completion) and not self.deferrable
 
     def submit_job(self, context: Any) -> Any:
-        token = self.submission_token(context)
+        token = self.idempotency_token(context)
         tags: Any = getattr(self, "tags", None)
         if token is not None:
             self.tags = {**(tags or {}), TOKEN_TAG: token}
@@ -174,7 +174,7 @@ class EcsRunTaskOperator(ProviderJob, _Ecs):  # type: ignore[misc]  # the provid
         return bool(self.wait_for_completion) and not self.deferrable
 
     def submit_job(self, context: Any) -> Any:
-        token = self.submission_token(context)
+        token = self.idempotency_token(context)
         if token is not None:
             # startedBy (up to 128 letters, digits, - and _) is what find_job lists by.
             self._started_by = token
@@ -192,11 +192,15 @@ class EcsRunTaskOperator(ProviderJob, _Ecs):  # type: ignore[misc]  # the provid
         if "clientToken" not in members:
             self.log.info("botocore's RunTask has no clientToken: relying on startedBy")
             return
+        self._client_token = token
 
         def add_token(params: dict[str, Any], **_: Any) -> None:
-            params.setdefault("clientToken", token)
+            params.setdefault("clientToken", self._client_token)
 
-        client.meta.events.register("provide-client-params.ecs.RunTask", add_token)
+        # Once per client (a unique id): the handler reads the token of the current submission.
+        client.meta.events.register(
+            "provide-client-params.ecs.RunTask", add_token, unique_id="taskstate-client-token"
+        )
 
     def find_job(self, token: str, context: Any) -> Any:
         """The task this cluster ran with `startedBy` = `token` (running or stopped)."""

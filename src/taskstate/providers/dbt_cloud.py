@@ -79,7 +79,7 @@ class DbtCloudRunJobOperator(ProviderJob, _DbtCloud):  # type: ignore[misc]  # t
             run = self.hook.trigger_job_run(
                 account_id=self.account_id,
                 job_id=job_id,
-                cause=self._cause(context, self.submission_token(context)),
+                cause=self._cause(context, self.idempotency_token(context)),
                 steps_override=self.steps_override,
                 schema_override=self.schema_override,
                 retry_from_failure=int(context["ti"].try_number) != 1 and self.retry_from_failure,
