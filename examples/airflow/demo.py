@@ -72,6 +72,9 @@ class Airflow:
             "AIRFLOW__API_AUTH__JWT_SECRET": "taskstate-demo-secret",
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True",
             "AIRFLOW__WEBSERVER__WEB_SERVER_PORT": str(port),  # Airflow 2 has no api-server
+            # Not 8793/8794: another Airflow on this machine may serve its logs there already.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             **extra,
         }
         self.major = int(version.split(".")[0])

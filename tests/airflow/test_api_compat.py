@@ -23,6 +23,7 @@ from taskstate.settings import Settings
 
 pytestmark = [
     pytest.mark.airflow,
+    pytest.mark.timeout(900),  # starting the deployment (240 s) and waiting for a run (300 s)
     pytest.mark.skipif("3.3" not in versions(), reason="Airflow 3.3 not selected"),
 ]
 DAG = "ts_api_scenario"

@@ -16,7 +16,9 @@ import pytest
 from tests.airflow.deployment import Deployment, Deployments
 from tests.airflow.harness import airflow_env, checkout_overlay, versions
 
-pytestmark = pytest.mark.airflow
+# The first test starts the deployment (240 s), waits for a task instance (180 s) and a run
+# (300 s), after migrating and creating users: more than the suite's default 600 s.
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]
 
 HOSTS = [v for v in ("3.2", "2.11") if v in versions()] or ["none"]
 V2 = "/taskstate/api/v2"

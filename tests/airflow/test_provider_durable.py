@@ -67,6 +67,7 @@ def under_scheduler(
 
 
 @pytest.mark.skipif("3.2" not in SELECTED, reason="Airflow 3.2 not selected")
+@pytest.mark.timeout(2400)  # its own waits: two deployments, each 180 s up, 900 s run, 30 s stop
 def test_sigkilled_provider_operators_resume_only_with_the_setting(tmp_path: Path) -> None:
     reports, jobs = under_scheduler(tmp_path / "on", provider_durable=True)
     for task in TASKS:

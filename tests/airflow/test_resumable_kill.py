@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+# Its own waits: the api-server 180 s, the run 900 s, stopping 30 s.
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 DAG = Path(__file__).with_name("resumable_dags") / "ts_resumable_kill.py"

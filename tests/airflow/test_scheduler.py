@@ -13,7 +13,8 @@ from examples.airflow.demo import DAG_ID, KILL_AT, Airflow
 from tests.airflow.harness import versions
 from tests.postgres_server import running_server
 
-pytestmark = pytest.mark.airflow
+# Its own waits: the api-server 180 s, two runs of 420 s, stopping 30 s (plus migrating).
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 
 
 def sigkill_resume_then_clear(home: Path, version: str, extra: Mapping[str, str] = {}) -> None:
