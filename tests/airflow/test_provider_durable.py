@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.airflow.harness import AirflowHome
+from tests.airflow.harness import AirflowHome, copy_migrated_db
 from tests.aws_server import running_aws
 
 pytestmark = pytest.mark.airflow
@@ -50,7 +50,7 @@ def under_scheduler(
 
     side = Side("provider durable 3.2", "3.2", taskstate=True)
     side.prepare()
-    home = BenchHome(side, tmp_path / "home")
+    home = BenchHome(side, tmp_path / "home", migrated=copy_migrated_db)
     (home.root / "dags" / "versus_dags.py").unlink()
     shutil.copy(DAG_FILE, home.root / "dags")
     out = tmp_path / "out"
