@@ -236,7 +236,12 @@ class Deployments:
             self._running[version] = deployment
         return self._running[version]
 
-    def stop_all(self) -> None:
-        for deployment in self._running.values():
+    def stop(self, version: str) -> None:
+        """Stop `version`'s deployment, if running (a later `get` starts a fresh one)."""
+        deployment = self._running.pop(version, None)
+        if deployment is not None:
             deployment.stop()
-        self._running.clear()
+
+    def stop_all(self) -> None:
+        for version in list(self._running):
+            self.stop(version)
