@@ -78,9 +78,10 @@ def test_a_failed_import_removes_what_it_offloaded(
     store.task_state(SCOPE).set("kept", BIG)  # a live object, which must stay
     before_rows, before_objects = list(store.backend.scan()), objects(offload)
     assert len(before_objects) == 1
-    big = [(SCOPE, "a", BIG, None), (OTHER, "b", BIG, None)]  # both offloaded before the failure
+    # (scope, key, value, expires_at, updated_at, writer); both offloaded before the failure
+    big = [(SCOPE, "a", BIG, None, None, None), (OTHER, "b", BIG, None, None, None)]
     with pytest.raises(InvalidValueError):  # a later value fails its check
-        store.import_entries([*big, (SCOPE, "bad", float("nan"), None)])
+        store.import_entries([*big, (SCOPE, "bad", float("nan"), None, None, None)])
     assert (list(store.backend.scan()), objects(offload)) == (before_rows, before_objects)
     # Every value passes; the database itself refuses the last row (a trigger, as a constraint).
     with sqlite3.connect(tmp_path / "state.db") as db:
@@ -89,7 +90,7 @@ def test_a_failed_import_removes_what_it_offloaded(
             "WHEN NEW.key = 'refused' BEGIN SELECT RAISE(ABORT, 'refused here'); END"
         )
     with pytest.raises(BackendError, match="refused here"):
-        store.import_entries([*big, (SCOPE, "refused", 1, None)])
+        store.import_entries([*big, (SCOPE, "refused", 1, None, None, None)])
     assert (list(store.backend.scan()), objects(offload)) == (before_rows, before_objects)
     assert store.import_entries(big) == 2  # an import that succeeds keeps its objects
     assert len(objects(offload)) == 3
