@@ -10,7 +10,7 @@ bash scripts/bootstrap.sh
 versions=(${TASKSTATE_AIRFLOW_VERSIONS:-2.10 2.11 3.0 3.1 3.2 3.3})
 for v in "${versions[@]}"; do bash scripts/airflow-env.sh "$v" >/dev/null; done
 # Lanes balanced by each version's measured time alone (seconds, idle 2-core machine; the
-# lane's tests of that version, its deployments included — docs/testing.md says how measured):
+# lane's tests of that version, its deployments included; docs/airflow.md, "Tested on"):
 # the longest version first, each into the lane with less time so far.
 declare -A seconds=([2.10]=200 [2.11]=330 [3.0]=170 [3.1]=200 [3.2]=420 [3.3]=300)
 lanes=("" "") totals=(0 0)

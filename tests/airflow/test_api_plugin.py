@@ -140,6 +140,40 @@ def test_taskstate_tokens_work_inside_airflow(deployment: Deployment, run_id: st
         assert http.get(url, headers=forged).status_code == 401
 
 
+def test_a_write_with_the_previous_trys_token_is_fenced_while_the_next_try_runs(
+    deployment: Deployment,
+) -> None:
+    """Try 2 of `ts_fence.held` is RUNNING (try 1 failed): a write with a task-instance token
+    for try 1 is refused (409) and writes nothing; try 2's token writes (then releases it)."""
+    run = deployment.trigger("ts_fence")
+    url = f"{V2}/dags/ts_fence/dagRuns/{run}/taskInstances/held/state-store"
+    tokens = {
+        n: {"Authorization": "Bearer " + deployment.taskstate_token(
+            subject=f"try {n}", dag_ids=("ts_fence",), run_id=run, task_id="held", map_index=-1,
+            try_number=n)}
+        for n in (1, 2)
+    }  # fmt: skip
+    with httpx.Client(base_url=deployment.base_url, timeout=60) as http:
+        deadline = time.monotonic() + 300
+        while (seen := http.get(f"{url}/running", headers=tokens[2])).status_code != 200:
+            assert seen.status_code == 404, seen.text
+            assert time.monotonic() < deadline, f"try 2 never ran\n{deployment.log_tail()}"
+            time.sleep(1)
+        assert seen.json()["value"] == 2
+        stale = http.put(f"{url}/k", json={"value": "from try 1"}, headers=tokens[1])
+        assert stale.status_code == 409, stale.text
+        assert "this token is for try 1" in stale.json()["detail"], stale.text
+        assert "is running try 2" in stale.json()["detail"], stale.text
+        assert http.get(f"{url}/k", headers=tokens[2]).status_code == 404  # nothing written
+        assert (
+            http.put(f"{url}/k", json={"value": "from try 2"}, headers=tokens[2]).status_code == 204
+        )
+        assert (
+            http.put(f"{url}/release", json={"value": True}, headers=tokens[2]).status_code == 204
+        )
+    deployment.wait_for_run("ts_fence", run)
+
+
 def test_doctor_says_the_plugin_serves(deployment: Deployment) -> None:
     status, detail = deployment.home.doctor()["http api"]
     assert status == "ok"

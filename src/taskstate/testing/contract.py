@@ -203,7 +203,7 @@ class BackendContract:
         # replace=False keeps what exists and adds the rest.
         assert backend.set_many([Row(NS, "kept", "9", None, NOW), Row(NS, "c", "3", None, NOW)],
                                 replace=False) == 1  # fmt: skip
-        assert (backend.get(NS, "kept"), backend.get(NS, "c")) == (
+        assert (untimed(backend.get(NS, "kept")), untimed(backend.get(NS, "c"))) == (
             Entry("0", None),
             Entry("3", None),
         )
