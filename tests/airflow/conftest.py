@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(skip)
         return
     users = [i for i in items if "deployments" in getattr(i, "fixturenames", ())]
-    items[:] = users + [i for i in items if i not in set(users)]
+    items[:] = users + [i for i in items if i not in users]
     _last_user.clear()
     known = set(pinned())
     for item in users:
