@@ -36,7 +36,9 @@ if [ ! -f "$env/.complete" ]; then
         echo "airflow-env: building $env" >&2
         rm -rf "$env"
         "$UV" venv --quiet --python "$PY" "$env"
-        "$UV" pip sync --quiet --python "$env/bin/python" "$lock"
+        # Bytecode now, once: else every first import in each test's fresh Airflow process
+        # compiles Airflow's modules (the lanes start dozens of them). The hash stays the lock's.
+        "$UV" pip sync --quiet --compile-bytecode --python "$env/bin/python" "$lock"
         touch "$env/.complete"
     fi
 fi

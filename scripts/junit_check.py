@@ -63,6 +63,17 @@ def outcomes(path: Path) -> list[tuple[str, str, str, str]]:
     return cases
 
 
+def seconds_per_version(path: Path, versions: list[str]) -> str:
+    """Where a lane's time went, for rebalancing the lanes (scripts/test-airflow.sh's table):
+    the seconds of test cases whose id names each version, and of the rest."""
+    spent = Counter[str]()
+    for case in ET.parse(path).getroot().iter("testcase"):
+        named = [v for v in versions if v in params(case.get("name", ""))] or ["unversioned"]
+        for version in named:
+            spent[version] += float(case.get("time", 0) or 0) / len(named)
+    return ", ".join(f"{v} {spent[v]:.0f} s" for v in [*versions, "unversioned"])
+
+
 def skip_allowed(message: str, versions: list[str]) -> bool:
     """A skip is a test meant for other versions: it names some, and none that this lane ran."""
     named = set(VERSION.findall(message))
@@ -131,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     else:
         ((collected, cases),) = lanes
         problems = check(args.label, collected, cases, args.versions.split())
+        if args.versions and args.files[1].exists():
+            print(
+                f"{args.label}: time by version: "
+                + seconds_per_version(args.files[1], args.versions.split())
+            )
     for problem in problems:
         print(f"{args.label}: FAIL: {problem}", file=sys.stderr)
     return 1 if problems else 0

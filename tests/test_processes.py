@@ -106,6 +106,12 @@ def test_compare_and_set_racing_processes_exactly_one_wins_each_round(
     if kind == "pgbouncer":  # transaction pooling mode
         url = request.getfixturevalue("pgbouncer").route(url)
     StateStore(url, settings=Settings()).backend.migrate()
+    race_compare_and_set(url)
+
+
+def race_compare_and_set(url: str) -> None:
+    """RACERS processes, ROUNDS rounds: in each, all try to create the same key at once; exactly
+    one wins and its value is the one stored (tests/backends/test_http.py runs it over HTTP)."""
     barrier, wins = CTX.Barrier(RACERS), CTX.Queue()
     procs = [CTX.Process(target=_race, args=(url, i, barrier, wins)) for i in range(RACERS)]
     for p in procs:

@@ -17,6 +17,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,7 +165,10 @@ class AirflowHome:
         side: Side,
         root: Path,
         server_url: str | None = None,
+        migrated: Callable[[str, Path], None] | None = None,
     ) -> None:
+        """`migrated(version, root)`, if given, puts an already migrated SQLite metadata DB in
+        the home instead of `airflow db migrate` (the tests keep one per version)."""
         self.side = side
         self.root = root
         shutil.rmtree(root, ignore_errors=True)
@@ -203,7 +207,10 @@ class AirflowHome:
                 check=True,
                 capture_output=True,
             )
-        self.airflow("db", "migrate")
+        if migrated is None or self.metadata_url:
+            self.airflow("db", "migrate")
+        else:
+            migrated(side.airflow, root)
 
     @property
     def taskstate_db(self) -> Path:

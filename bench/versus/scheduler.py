@@ -46,6 +46,9 @@ class Deployment:
             "AIRFLOW__WEBSERVER__WEB_SERVER_PORT": str(self.port),
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__JOB_HEARTBEAT_SEC": "1",
+            # Not 8793/8794: another Airflow on this machine may serve its logs there already.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             **extra_env,  # last: a workload may override the settings above
         }
         self.procs: list[subprocess.Popen[bytes]] = []

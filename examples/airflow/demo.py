@@ -20,7 +20,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,7 +39,15 @@ def free_port() -> int:
 class Airflow:
     """An AIRFLOW_HOME with the example DAGs, this checkout and a SQLite metadata DB."""
 
-    def __init__(self, home: Path, version: str = VERSION, extra: Mapping[str, str] = {}) -> None:
+    def __init__(
+        self,
+        home: Path,
+        version: str = VERSION,
+        extra: Mapping[str, str] = {},
+        migrated: Callable[[str, Path], None] | None = None,
+    ) -> None:
+        """`migrated(version, home)`, if given, puts an already migrated SQLite metadata DB
+        into the home instead of `airflow db migrate` (the tests keep one per version)."""
         out = subprocess.run(
             ["bash", str(REPO / "scripts" / "airflow-env.sh"), version],
             check=True, capture_output=True, text=True,
@@ -72,10 +80,16 @@ class Airflow:
             "AIRFLOW__API_AUTH__JWT_SECRET": "taskstate-demo-secret",
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "True",
             "AIRFLOW__WEBSERVER__WEB_SERVER_PORT": str(port),  # Airflow 2 has no api-server
+            # Not 8793/8794: another Airflow on this machine may serve its logs there already.
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             **extra,
         }
         self.major = int(version.split(".")[0])
-        self.run("db", "migrate")
+        if migrated is None or "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN" in extra:
+            self.run("db", "migrate")
+        else:
+            migrated(version, home)
         self.run("dags", "reserialize")
 
     def run(self, *args: str) -> str:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.airflow.demo import Airflow, free_port
+from tests.airflow.harness import copy_migrated_db
 from tests.redis_server import running_redis
 
 CELERY_DAGS = Path(__file__).resolve().parent / "celery_dags"
@@ -82,7 +83,7 @@ def celery_deployment(
         }
         home = root / "airflow"
         home.mkdir()
-        airflow = Airflow(home, version, extra={**celery, **extra})
+        airflow = Airflow(home, version, extra={**celery, **extra}, migrated=copy_migrated_db)
         for dag_file in CELERY_DAGS.glob("*.py"):
             shutil.copy(dag_file, home / "dags" / dag_file.name)
         airflow.run("dags", "reserialize")

@@ -19,13 +19,40 @@ from tests.airflow.harness import (
 DAG_FILES = [*sorted(TEST_DAGS.glob("*.py")), *sorted(EXAMPLE_DAGS.glob("*.py"))]
 
 
+# Each running deployment costs the lane CPU (a scheduler, an api-server and a DAG processor
+# polling on a 2-core machine): its users run first, and it stops right after its last one.
+_last_user: dict[str, str] = {}  # version -> node id of the last test that may use it
+_pool: list[Deployments] = []
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own ordering (by fixture scope and parameter)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if versions():
+    if not versions():
+        skip = pytest.mark.skip(reason="real Airflow: run scripts/test-airflow.sh")
+        for item in items:
+            if item.get_closest_marker("airflow"):
+                item.add_marker(skip)
         return
-    skip = pytest.mark.skip(reason="real Airflow: run scripts/test-airflow.sh")
-    for item in items:
-        if item.get_closest_marker("airflow"):
-            item.add_marker(skip)
+    users = [i for i in items if "deployments" in getattr(i, "fixturenames", ())]
+    items[:] = users + [i for i in items if i not in users]
+    _last_user.clear()
+    known = set(pinned())
+    for item in users:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        named = {v for v in params.values() if isinstance(v, str) and v in known}
+        # A test whose parameters name no version may use any: it keeps them all running.
+        for version in named or versions():
+            _last_user[version] = item.nodeid
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    try:
+        return (yield)
+    finally:
+        for version, nodeid in _last_user.items():
+            if nodeid == item.nodeid and _pool:
+                _pool[0].stop(version)
 
 
 def _below_33(version: str) -> bool:
@@ -67,5 +94,7 @@ def deployments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployment
     """Running Airflow deployments (api-server/webserver + scheduler + plugin), one per version,
     started on first use and shared by every test of the session (tests/airflow/deployment.py)."""
     pool = Deployments(tmp_path_factory.mktemp("deployments"))
+    _pool[:] = [pool]
     yield pool
     pool.stop_all()
+    _pool.clear()

@@ -56,6 +56,10 @@ class Deployment:
             "AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY": SECRET_KEY,
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+            # Its own log-server ports: 8793/8794 are taken by whichever deployment (this
+            # session's other lane, another checkout's) started first ("Errno 98").
+            "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+            "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
         }
         if self.major >= 3:
             passwords = root / "passwords.json"
@@ -232,7 +236,12 @@ class Deployments:
             self._running[version] = deployment
         return self._running[version]
 
-    def stop_all(self) -> None:
-        for deployment in self._running.values():
+    def stop(self, version: str) -> None:
+        """Stop `version`'s deployment, if running (a later `get` starts a fresh one)."""
+        deployment = self._running.pop(version, None)
+        if deployment is not None:
             deployment.stop()
-        self._running.clear()
+
+    def stop_all(self) -> None:
+        for version in list(self._running):
+            self.stop(version)

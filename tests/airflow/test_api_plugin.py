@@ -16,7 +16,9 @@ import pytest
 from tests.airflow.deployment import Deployment, Deployments
 from tests.airflow.harness import airflow_env, checkout_overlay, versions
 
-pytestmark = pytest.mark.airflow
+# The first test starts the deployment (240 s), waits for a task instance (180 s) and a run
+# (300 s), after migrating and creating users: more than the suite's default 600 s.
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]
 
 HOSTS = [v for v in ("3.2", "2.11") if v in versions()] or ["none"]
 V2 = "/taskstate/api/v2"
@@ -138,6 +140,40 @@ def test_taskstate_tokens_work_inside_airflow(deployment: Deployment, run_id: st
         assert http.get(url, headers=forged).status_code == 401
 
 
+def test_a_write_with_the_previous_trys_token_is_fenced_while_the_next_try_runs(
+    deployment: Deployment,
+) -> None:
+    """Try 2 of `ts_fence.held` is RUNNING (try 1 failed): a write with a task-instance token
+    for try 1 is refused (409) and writes nothing; try 2's token writes (then releases it)."""
+    run = deployment.trigger("ts_fence")
+    url = f"{V2}/dags/ts_fence/dagRuns/{run}/taskInstances/held/state-store"
+    tokens = {
+        n: {"Authorization": "Bearer " + deployment.taskstate_token(
+            subject=f"try {n}", dag_ids=("ts_fence",), run_id=run, task_id="held", map_index=-1,
+            try_number=n)}
+        for n in (1, 2)
+    }  # fmt: skip
+    with httpx.Client(base_url=deployment.base_url, timeout=60) as http:
+        deadline = time.monotonic() + 300
+        while (seen := http.get(f"{url}/running", headers=tokens[2])).status_code != 200:
+            assert seen.status_code == 404, seen.text
+            assert time.monotonic() < deadline, f"try 2 never ran\n{deployment.log_tail()}"
+            time.sleep(1)
+        assert seen.json()["value"] == 2
+        stale = http.put(f"{url}/k", json={"value": "from try 1"}, headers=tokens[1])
+        assert stale.status_code == 409, stale.text
+        assert "this token is for try 1" in stale.json()["detail"], stale.text
+        assert "is running try 2" in stale.json()["detail"], stale.text
+        assert http.get(f"{url}/k", headers=tokens[2]).status_code == 404  # nothing written
+        assert (
+            http.put(f"{url}/k", json={"value": "from try 2"}, headers=tokens[2]).status_code == 204
+        )
+        assert (
+            http.put(f"{url}/release", json={"value": True}, headers=tokens[2]).status_code == 204
+        )
+    deployment.wait_for_run("ts_fence", run)
+
+
 def test_doctor_says_the_plugin_serves(deployment: Deployment) -> None:
     status, detail = deployment.home.doctor()["http api"]
     assert status == "ok"
@@ -172,13 +208,19 @@ def test_on_airflow_33_the_plugin_stands_aside_unless_taskstate_is_in_charge(
     assert done.stdout.strip().splitlines()[-1] == ("['/taskstate']" if served else "[]")
 
 
-def test_the_ui_session_authenticates_and_writes_need_its_csrf_token(
+def test_the_ui_session_writes_exactly_as_on_airflows_own_api(
     deployment: Deployment, run_id: str
 ) -> None:
+    """2.x: a write with the session cookie needs the CSRF token (400 without), as Airflow 2's
+    own API. 3.x: Airflow's own API takes a write with only the UI's `_token` cookie (no CSRF
+    token exists; the cookie is SameSite=Lax, so other sites' pages cannot send it with a
+    write), and so does the plugin (docs/api.md)."""
     url = f"{task_url(run_id, 'writer')}/from_the_ui"
     if deployment.major >= 3:  # the UI keeps Airflow's JWT in the `_token` cookie
         token = deployment.credentials("admin")["Authorization"].split(" ", 1)[1]
         with httpx.Client(base_url=deployment.base_url, cookies={"_token": token}) as ui:
+            own = ui.post("/api/v2/variables", json={"key": f"ui_{run_id}", "value": "1"})
+            assert own.status_code == 201, own.text  # Airflow's own route: the cookie suffices
             assert ui.put(url, json={"value": 1}).status_code == 204
             assert ui.get(url).json()["last_updated_by"] == {"kind": "api", "subject": "admin"}
         return

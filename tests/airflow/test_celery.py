@@ -18,7 +18,8 @@ from taskstate.errors import StaleTryError
 from taskstate.scope import task_prefix
 from taskstate.settings import Settings
 
-pytestmark = pytest.mark.airflow
+# Each test's own waits: the api-server 180 s, two runs of 420 s, stopping 60 s (and migrating).
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 
 
 @pytest.mark.skipif("3.2" not in versions(), reason="Airflow 3.2 not selected")

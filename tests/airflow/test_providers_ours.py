@@ -135,6 +135,8 @@ def check(
         assert report["result"] == (None if task.startswith("ecs_") else job), (task, report)
 
 
+# Its own waits: starting the deployment (240 s) and the run (600 s), after migrating.
+@pytest.mark.timeout(1200)
 @pytest.mark.parametrize(("version", "dag_id", "tasks"), [
     ("3.2", "ts_providers_ours", EVERY + FOREIGN),
     ("2.10", "ts_providers_ours_window", WINDOW),

@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.airflow.harness import copy_migrated_db
 
-pytestmark = [pytest.mark.airflow, pytest.mark.slow]
+# Its own waits: the api-server 180 s, the run 900 s, stopping 30 s.
+pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
 DAG = Path(__file__).with_name("resumable_dags") / "ts_resumable_kill.py"
@@ -47,7 +49,7 @@ def test_try_1_killed_the_retry_reconnects_to_the_one_job(version: str, tmp_path
 
     side = Side(f"mixin kill test {version}", version, taskstate=True)
     side.prepare()
-    home = AirflowHome(side, tmp_path / "home")
+    home = AirflowHome(side, tmp_path / "home", migrated=copy_migrated_db)
     (home.root / "dags" / "versus_dags.py").unlink()
     shutil.copy(DAG, home.root / "dags")
     out = tmp_path / "out"

@@ -10,14 +10,16 @@ from pathlib import Path
 
 import pytest
 from examples.airflow.demo import DAG_ID, KILL_AT, Airflow
-from tests.airflow.harness import versions
+from tests.airflow.harness import copy_migrated_db, versions
 from tests.postgres_server import running_server
 
-pytestmark = pytest.mark.airflow
+# Its own waits: the api-server 180 s, two runs of 420 s, stopping 30 s (plus migrating).
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 
 
 def sigkill_resume_then_clear(home: Path, version: str, extra: Mapping[str, str] = {}) -> None:
-    airflow = Airflow(home, version, extra={"TASKSTATE_DEMO_KILL_AT": str(KILL_AT), **extra})
+    extra = {"TASKSTATE_DEMO_KILL_AT": str(KILL_AT), **extra}
+    airflow = Airflow(home, version, extra=extra, migrated=copy_migrated_db)
     with airflow.services():
         airflow.run("dags", "unpause", DAG_ID)
         airflow.wait_for("success", 2)

@@ -20,6 +20,7 @@ import httpx
 import pytest
 from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
+from tests.test_processes import race_compare_and_set
 
 from taskstate import NEVER_EXPIRE, StateStore, TaskScope
 from taskstate.backends.http import HttpBackend
@@ -123,6 +124,12 @@ def test_concurrent_updates_from_processes_lose_nothing(served: Server) -> None:
     assert [p.wait(120) for p in procs] == [0, 0, 0, 0]
     with StateStore(served.url, settings=Settings()) as store:
         assert store.task_state(TaskScope("d", "r", "t")).get("n") == 100
+
+
+def test_compare_and_set_racing_processes_over_http_exactly_one_wins_each_round(
+    served: Server,
+) -> None:
+    race_compare_and_set(served.url)
 
 
 def _store(url: str, **settings: object) -> StateStore:

@@ -20,7 +20,7 @@ from tests.s3_server import running_s3, s3_options
 from taskstate import StateStore, TaskScope
 from taskstate.backends import sqlite as sqlite_backend
 from taskstate.backends.offload import OffloadBackend
-from taskstate.errors import ConfigError
+from taskstate.errors import BackendError, ConfigError, InvalidValueError
 from taskstate.settings import Settings
 from taskstate.store import REF_PREFIX
 
@@ -70,6 +70,30 @@ def test_the_row_holds_a_reference_and_the_limit_applies_to_it(store: StateStore
     assert len(row.value) < 200
     assert row.value.startswith(REF_PREFIX)
     assert accessor.items() == [("big", BIG)]
+
+
+def test_a_failed_import_removes_what_it_offloaded(
+    store: StateStore, offload: OffloadBackend, tmp_path: Path
+) -> None:
+    store.task_state(SCOPE).set("kept", BIG)  # a live object, which must stay
+    before_rows, before_objects = list(store.backend.scan()), objects(offload)
+    assert len(before_objects) == 1
+    # (scope, key, value, expires_at, updated_at, writer); both offloaded before the failure
+    big = [(SCOPE, "a", BIG, None, None, None), (OTHER, "b", BIG, None, None, None)]
+    with pytest.raises(InvalidValueError):  # a later value fails its check
+        store.import_entries([*big, (SCOPE, "bad", float("nan"), None, None, None)])
+    assert (list(store.backend.scan()), objects(offload)) == (before_rows, before_objects)
+    # Every value passes; the database itself refuses the last row (a trigger, as a constraint).
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        db.execute(
+            f"CREATE TRIGGER refuse BEFORE INSERT ON {sqlite_backend.TABLE} "
+            "WHEN NEW.key = 'refused' BEGIN SELECT RAISE(ABORT, 'refused here'); END"
+        )
+    with pytest.raises(BackendError, match="refused here"):
+        store.import_entries([*big, (SCOPE, "refused", 1, None, None, None)])
+    assert (list(store.backend.scan()), objects(offload)) == (before_rows, before_objects)
+    assert store.import_entries(big) == 2  # an import that succeeds keeps its objects
+    assert len(objects(offload)) == 3
 
 
 def test_every_write_gets_its_own_reference_under_its_scope_and_key(

@@ -10,10 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from taskstate import StateStore
 from taskstate.backends import sqlite as sqlite_backend
 from taskstate.backends.base import Entry
 from taskstate.backends.sqlite import SQLiteBackend, path_from_url
 from taskstate.errors import BackendBusyError, BackendError, ConfigError
+from taskstate.settings import Settings
 from taskstate.testing.contract import NOW, BackendContract, untimed
 
 
@@ -34,6 +36,28 @@ def test_file_is_created_on_first_use_in_wal_mode(tmp_path: Path) -> None:
     assert untimed(backend.get("ns", "k")) == Entry("1", None)
     mode = backend._conn().execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
+
+
+@pytest.mark.parametrize(
+    ("query", "level"), [("", 1), ("?synchronous=normal", 1), ("?synchronous=full", 2),
+                         ("?synchronous=extra", 3)],
+)  # fmt: skip
+def test_the_urls_synchronous_is_what_every_connection_runs_with(
+    tmp_path: Path, query: str, level: int
+) -> None:
+    """PRAGMA synchronous as SQLite reports it (1 NORMAL, 2 FULL, 3 EXTRA): the bench's
+    equal-durability sides rely on `?synchronous=full` really being FULL."""
+    store = StateStore(f"sqlite:///{tmp_path}/state.db{query}", settings=Settings())
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    levels = [backend._conn().execute("PRAGMA synchronous").fetchone()[0]]
+    other = threading.Thread(  # each thread has its own connection
+        target=lambda: levels.append(backend._conn().execute("PRAGMA synchronous").fetchone()[0])
+    )
+    other.start()
+    other.join()
+    assert levels == [level, level]
+    store.close()
 
 
 def test_a_second_process_view_sees_committed_writes(tmp_path: Path) -> None:

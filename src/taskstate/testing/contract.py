@@ -15,7 +15,8 @@ import threading
 
 import pytest
 
-from taskstate.backends.base import Entry, StateBackend
+from taskstate.backends.base import Entry, Row, StateBackend
+from taskstate.errors import BackendError
 from taskstate.scope import AssetScope, TaskScope, task_prefix
 
 NS = TaskScope("dag", "run", "task").namespace
@@ -198,6 +199,37 @@ class BackendContract:
         assert untimed(backend.get(NS, "k")) == Entry("1", None)
         backend.set(NS, "k", "2", None, NOW)  # the backend is usable afterwards
         assert untimed(backend.get(NS, "k")) == Entry("2", None)
+
+    def test_set_many_writes_every_row_or_none(self, backend: StateBackend) -> None:
+        """`taskstate import`'s promise: one transaction. A backend without `set_many` refuses
+        (BackendError) and writes nothing, so import refuses to run on it."""
+        backend.set(NS, "kept", "0", None, NOW)
+        good = [Row(NS, "a", "1", None, NOW), Row(ASSET, "b", "2", NOW + 5, NOW, '{"kind":"api"}')]
+        try:
+            written = backend.set_many(good)
+        except BackendError as exc:
+            assert "no set_many" in str(exc), exc
+            assert [(r.namespace, r.key) for r in backend.scan()] == [(NS, "kept")]
+            return
+        assert written == 2
+        assert untimed(backend.get(NS, "a")) == Entry("1", None)
+        assert untimed(backend.get(ASSET, "b")) == Entry("2", NOW + 5, '{"kind":"api"}')
+        # replace=False keeps what exists and adds the rest.
+        assert backend.set_many([Row(NS, "kept", "9", None, NOW), Row(NS, "c", "3", None, NOW)],
+                                replace=False) == 1  # fmt: skip
+        assert (untimed(backend.get(NS, "kept")), untimed(backend.get(NS, "c"))) == (
+            Entry("0", None),
+            Entry("3", None),
+        )
+        # The database refuses the last row (a NULL value): the rows before it are rolled back.
+        before = list(backend.scan())
+        broken = [Row(NS, "d", "4", None, NOW), Row(NS, "a", "11", None, NOW),
+                  Row(OTHER_RUN, "e", None, None, NOW)]  # type: ignore[arg-type]  # fmt: skip
+        with pytest.raises(BackendError):
+            backend.set_many(broken)
+        assert list(backend.scan()) == before
+        backend.set(NS, "d", "4", None, NOW)  # the backend is usable afterwards
+        assert untimed(backend.get(NS, "d")) == Entry("4", None)
 
     def test_transact_from_threads_loses_no_update(self, backend: StateBackend) -> None:
         def incr(entry: Entry | None) -> tuple[Entry | None, None]:
