@@ -13,6 +13,16 @@ SIGKILL, so a named kill point is deterministic. Kill points:
 - `during_poll`:    while polling the running job;
 - `after_success`:  the job succeeded, before the task returns its result.
 
+The deferrable flow (`run_deferrable_scenario`) runs each Airflow process as its own child: the
+worker (`execute_deferrable`, which ends by deferring), the triggerer (a trigger polling the
+job, re-created from its id when killed) and the worker again (`complete_deferred`, Airflow's
+`execute_complete`). Its kill points add:
+
+- `before_defer`:     the id is saved, `defer_job` not reached (the worker dies before
+                      handing the job to the triggerer);
+- `during_trigger`:   the triggerer, while its trigger polls the running job;
+- `during_complete`:  the worker running `execute_complete`, the job's result in hand.
+
 `run_scenario` is one logical job: a killed try, then clean tries until one returns (or the
 task fails for good), as Airflow's retries would; it reports the decisions and what the job
 system billed.
@@ -44,6 +54,15 @@ KILL_POINTS = (
     "before_persist",
     "during_poll",
     "after_success",
+)
+DEFERRABLE_KILL_POINTS = (
+    "start",
+    "before_submit",
+    "after_accept",
+    "before_persist",
+    "before_defer",
+    "during_trigger",
+    "during_complete",
 )
 
 
@@ -184,6 +203,34 @@ class CrashJobOperator(ResumableJobMixin):
         return self.jobs.find(token)
 
 
+class Deferred(Exception):  # noqa: N818 - stands for Airflow's TaskDeferred
+    def __init__(self, external_id: Any) -> None:
+        super().__init__(external_id)
+        self.external_id = external_id
+
+
+class DeferrableCrashOperator(CrashJobOperator):
+    """The same operator on the deferrable path: `defer_job` hands the id to a trigger."""
+
+    def defer_job(self, external_id: Any, context: Any) -> Any:
+        self.probe.hit("before_defer")
+        raise Deferred(external_id)
+
+    def get_job_result(self, external_id: Any, context: Any) -> Any:
+        result = self.jobs.result(external_id)
+        self.probe.seen["job_done"] += 1
+        self.probe.hit("during_complete")
+        return result
+
+
+def poll_trigger(jobs: JobSystem, external_id: Any, probe: _Probe) -> dict[str, Any]:
+    """What the trigger's `run()` does: poll until the job is terminal, yield its status."""
+    while (status := jobs.status(external_id)) in ACTIVE:
+        probe.hit("during_trigger")
+        time.sleep(0.004)
+    return {"external_id": external_id, "status": status}
+
+
 class Airflow332Operator(CrashJobOperator):
     """The baseline: Airflow 3.3.2's `execute_resumable` (task-sdk 1.3.2,
     bases/resumablejobmixin.py:103-211), step for step, without its metrics and span."""
@@ -230,6 +277,8 @@ class Try:
     killed_at: str | None = None
     result: Any = None
     error: str | None = None
+    deferred: Any = None  # the job id a deferrable try deferred on
+    event: Any = None  # what a trigger yielded
 
 
 def _child(
@@ -240,16 +289,34 @@ def _child(
     kill_at: str | None,
     occurrence: int,
     fail_first: bool,
+    phase: str = "execute",
+    payload: Any = None,
 ) -> int:
+    """One Airflow process: `execute` (blocking), `defer` (up to `defer_job`), `trigger` (poll
+    the job `payload` names) or `complete` (`execute_complete` with the event `payload`)."""
     probe = _Probe(fd, kill_at, occurrence)
     store = StateStore(env.state_url)
     jobs = JobSystem(env.jobs_path)
-    kind = Airflow332Operator if system.airflow_332 else CrashJobOperator
+    kind: type[CrashJobOperator] = CrashJobOperator
+    if system.airflow_332:
+        kind = Airflow332Operator
+    elif phase != "execute":
+        kind = DeferrableCrashOperator
     op = kind(jobs, scope.run_id, system, probe, run_for=env.run_for, fail_first=fail_first)
     context = {"task_state_store": _ProbedStore(store, scope, probe, op)}
     probe.hit("start")
     try:
-        probe.send(result=op.execute_resumable(context))
+        if phase == "execute":
+            probe.send(result=op.execute_resumable(context))
+        elif phase == "defer":
+            try:
+                probe.send(result=op.execute_deferrable(context))
+            except Deferred as deferred:
+                probe.send(deferred=deferred.external_id)
+        elif phase == "trigger":
+            probe.send(event=poll_trigger(jobs, payload, probe))
+        else:
+            probe.send(result=op.complete_deferred(context, payload))
     except Exception as exc:
         probe.send(error=f"{type(exc).__name__}: {exc}")
         return 1
@@ -266,16 +333,20 @@ def run_try(
     kill_after: float | None = None,
     fail_first: bool = False,
     timeout: float = 60.0,
+    phase: str = "execute",
+    payload: Any = None,
 ) -> Try:
-    """One try in a forked child; SIGKILL it at `kill_at` (its `occurrence`-th time) or after
-    `kill_after` seconds, whichever the caller asked for."""
+    """One try (or one `phase` of it) in a forked child; SIGKILL it at `kill_at` (its
+    `occurrence`-th time) or after `kill_after` seconds, whichever the caller asked for."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never return into the caller's stack
         code = 70
         try:
             os.close(read_fd)
-            code = _child(write_fd, env, scope, system, kill_at, occurrence, fail_first)
+            code = _child(
+                write_fd, env, scope, system, kill_at, occurrence, fail_first, phase, payload
+            )
         finally:
             os._exit(code)
     os.close(write_fd)
@@ -320,6 +391,10 @@ def _apply(outcome: Try, lines: list[bytes]) -> bool:
             outcome.result = event["result"]
         if "error" in event:
             outcome.error = event["error"]
+        if "deferred" in event:
+            outcome.deferred = event["deferred"]
+        if "event" in event:
+            outcome.event = event["event"]
         if "at" in event:
             outcome.killed_at = event["at"]
             return True
@@ -392,6 +467,60 @@ def run_scenario(
         last = run_try(env, scope, system, fail_first=fail_first)
         scenario.tries.append(last)
         if last.error is None or "LostSubmissionError" in last.error:
+            break
+    _settle(jobs, logical)
+    scenario.jobs = jobs.jobs_for(logical)
+    scenario.submissions = len(jobs.submissions_for(logical))
+    return scenario
+
+
+def run_deferrable_scenario(
+    env: Env,
+    jobs: JobSystem,
+    system: System,
+    *,
+    kill_at: str,
+    occurrence: int = 1,
+    fail_first: bool = False,
+    max_tries: int = 6,
+) -> Scenario:
+    """One logical job on the deferrable path, as Airflow runs it: a try defers (worker), its
+    trigger polls (triggerer) and fires, the try completes (worker). The kill lands once, at
+    `kill_at` in whichever process reaches it: a killed worker fails the try (the next try
+    starts over); a killed triggerer is replaced by a new one polling the same job (the task
+    stays deferred, no try is spent). `tries` holds every process run, in order."""
+    logical = uuid.uuid4().hex[:12]
+    scope = TaskScope("crash_dag", logical, "job")
+    scenario = Scenario(logical, system.name, kill_at)
+    pending: str | None = kill_at
+
+    def run(phase: str, payload: Any = None) -> Try:
+        nonlocal pending
+        outcome = run_try(
+            env,
+            scope,
+            system,
+            kill_at=pending,
+            occurrence=occurrence,
+            fail_first=fail_first,
+            phase=phase,
+            payload=payload,
+        )
+        scenario.tries.append(outcome)
+        if outcome.killed_at is not None:
+            pending = None
+        return outcome
+
+    for _ in range(max_tries):
+        worker = run("defer")
+        if worker.killed_at is not None or worker.error is not None:
+            continue  # the try failed; Airflow retries it
+        if worker.deferred is None:
+            break  # returned a result without deferring (already_succeeded)
+        while (trigger := run("trigger", worker.deferred)).event is None:
+            assert trigger.killed_at is not None, trigger  # only a kill stops a trigger
+        done = run("complete", trigger.event)
+        if done.killed_at is None and done.error is None:
             break
     _settle(jobs, logical)
     scenario.jobs = jobs.jobs_for(logical)
