@@ -22,7 +22,7 @@ from taskstate.resumable import (
 from .test_core import Service
 
 
-class Deferred(Exception):  # noqa: N818 - stands for Airflow's TaskDeferred
+class Deferred(Exception):
     def __init__(self, external_id: Any) -> None:
         super().__init__(external_id)
         self.external_id = external_id
