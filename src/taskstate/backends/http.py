@@ -111,7 +111,8 @@ class HttpBackend(StateBackend):
         instance in a triggerer, without a connection pool each."""
         view = copy.copy(self)
         view._token = token
-        view._client = (os.getpid(), self.client())
+        view.client = self.client  # type: ignore[method-assign]  # opened on first request
+        view.close = lambda: None  # type: ignore[method-assign]  # the connections are ours
         view._async = None
         return view
 
