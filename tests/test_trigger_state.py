@@ -196,3 +196,71 @@ def test_over_http_the_trigger_mints_a_token_for_its_try_and_older_tries_are_fen
 )  # fmt: skip
 def test_the_fence_admits_a_running_or_deferred_try_only(state: str | None, expected) -> None:
     assert live_try(state, 4) == expected
+
+
+class OrdersWatcher(TriggerStateMixin):
+    """The documented watcher recipe (docs/deferrable.md): the last event id handed to Airflow
+    is claimed in asset state, with compare-and-set, before the event is yielded."""
+
+    state_assets = ("orders",)
+
+    def __init__(self, source: list[tuple[int, str]]) -> None:
+        self.asset_state_store = None  # what Airflow 3.3's BaseEventTrigger.__init__ does
+        self.source = source  # stands for a queue / API: (event id, payload), ids ascending
+
+    async def run(self) -> AsyncIterator[dict[str, Any]]:
+        state = self.asset_state_store
+        last = await state.aget("last_event_id")
+        for event_id, payload in self.source:
+            if last is not None and event_id <= last:
+                continue  # handed to Airflow before the crash: never again
+            if not await state.acompare_and_set("last_event_id", last, event_id):
+                raise RuntimeError("another triggerer runs this watcher")
+            last = event_id
+            yield {"event_id": event_id, "payload": payload}
+
+
+def triggerer(watcher: OrdersWatcher, runs: list[int], die_after: int | None = None) -> None:
+    """Airflow's side: each event makes a DAG run; the process may die right after one."""
+
+    async def main() -> None:
+        async for event in watcher.run():
+            runs.append(event["event_id"])
+            if len(runs) == die_after:
+                raise Crash
+
+    try:
+        asyncio.run(main())
+    except Crash:
+        pass
+
+
+def test_a_watcher_killed_right_after_yielding_makes_no_duplicate_run(deployment: str) -> None:
+    source = [(1, "a"), (2, "b"), (3, "c"), (4, "d")]
+    runs: list[int] = []
+    triggerer(OrdersWatcher(source), runs, die_after=2)  # dies after event 2 made its run
+    assert runs == [1, 2]
+    triggerer(OrdersWatcher(source), runs)  # re-created on another triggerer
+    assert runs == [1, 2, 3, 4]
+
+
+def test_without_the_claim_the_event_in_flight_is_yielded_twice(deployment: str) -> None:
+    """Why the recipe claims first: a cursor saved after the yield (the polling pattern)
+    repeats the event whose yield the crash followed."""
+
+    class AfterYield(OrdersWatcher):
+        async def run(self) -> AsyncIterator[dict[str, Any]]:
+            state = self.asset_state_store
+            last = await state.aget("after_yield_cursor")
+            for event_id, payload in self.source:
+                if last is not None and event_id <= last:
+                    continue
+                yield {"event_id": event_id, "payload": payload}
+                await state.aset("after_yield_cursor", event_id)
+                last = event_id
+
+    source = [(1, "a"), (2, "b"), (3, "c")]
+    runs: list[int] = []
+    triggerer(AfterYield(source), runs, die_after=2)
+    triggerer(AfterYield(source), runs)
+    assert runs == [1, 2, 2, 3]

@@ -71,6 +71,12 @@ class TriggerStateMixin:
             return store.asset_state(AssetScope(name=names[0]), writer=writer)
         return AssetStateStores(store, [_Named(n) for n in names], writer)
 
+    @asset_state_store.setter
+    def asset_state_store(self, injected: object) -> None:
+        # Airflow 3.3's BaseEventTrigger sets it (None in __init__, its native accessor later):
+        # with taskstate in charge the deployment's state is taskstate's, so ours is kept.
+        pass
+
     def _trigger_store(self, ti: Any) -> StateStore:
         """The triggerer's store; over HTTP, a view carrying this trigger's own token
         (re-minted when half its lifetime has passed: a trigger may poll for days)."""
