@@ -7,6 +7,7 @@ re-creates the trigger from its serialised kwargs). Real Airflow: tests/airflow/
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -229,10 +230,8 @@ def triggerer(watcher: OrdersWatcher, runs: list[int], die_after: int | None = N
             if len(runs) == die_after:
                 raise Crash
 
-    try:
+    with contextlib.suppress(Crash):
         asyncio.run(main())
-    except Crash:
-        pass
 
 
 def test_a_watcher_killed_right_after_yielding_makes_no_duplicate_run(deployment: str) -> None:
