@@ -77,7 +77,13 @@ def live(
     out = tmp_path / "out"
     out.mkdir()
     jobsystem = _jobsystem()
-    extra = {"RESUMABLE_JOBSYSTEM": str(JOBSYSTEM), "RESUMABLE_JOBS_DB": str(tmp_path / "jobs.db")}
+    extra = {
+        "RESUMABLE_JOBSYSTEM": str(JOBSYSTEM),
+        "RESUMABLE_JOBS_DB": str(tmp_path / "jobs.db"),
+        # The triggerer imports a trigger by its classpath; Airflow 3 does not put the DAG
+        # folder on sys.path there, so the trigger's module must be importable by itself.
+        "PYTHONPATH": str(home.root / "dags"),
+    }
     if version == "3.3":  # taskstate in charge on 3.3 (its own store otherwise)
         extra["AIRFLOW__STATE_STORE__TASKSTATE_MODE"] = "taskstate"
     with jobsystem.running_jobsystem(tmp_path / "jobs.db") as jobs:

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 from taskstate.lint.checks.base import PROGRESS_KEY, Context
 from taskstate.lint.finding import Finding
-from taskstate.lint.source import Function, Source
+from taskstate.lint.source import Function, Source, callee_name
 
 # Calls that start something outside Airflow and hand back its id.
 _SUBMIT_CALL = re.compile(
@@ -41,7 +41,7 @@ def _defer_before_persist(src: Source, ctx: Context, func: Function) -> Iterator
     submitted: dict[str, ast.Assign] = {}  # name -> the assignment from a submit-like call
     for stmt in _statements(func.node):
         if isinstance(stmt, ast.Assign) and isinstance(stmt.value, ast.Call):
-            name = _callee(stmt.value)
+            name = callee_name(stmt.value)
             for target in stmt.targets:
                 if isinstance(target, ast.Name) and name and _SUBMIT_CALL.search(name):
                     submitted[target.id] = stmt
@@ -101,15 +101,6 @@ def _calls(stmt: ast.stmt) -> Iterator[ast.Call]:
         if isinstance(node, ast.Call):
             yield node
         todo.extend(c for c in ast.iter_child_nodes(node) if not isinstance(c, ast.stmt))
-
-
-def _callee(call: ast.Call) -> str | None:
-    callee = call.func
-    if isinstance(callee, ast.Attribute):
-        return callee.attr
-    if isinstance(callee, ast.Name):
-        return callee.id
-    return None
 
 
 def _is_self_defer(call: ast.Call) -> bool:
