@@ -76,6 +76,7 @@ class System:
     find_job: bool  # the operator implements find_job (a lookup by the token label)
     on_lost_submission: str = "resubmit"
     airflow_332: bool = False  # run Airflow 3.3.2's algorithm instead of ours (the baseline)
+    durable: bool = True  # False: the same operator without taskstate's state (a baseline)
 
 
 SYSTEMS = {
@@ -92,6 +93,7 @@ SYSTEMS = {
             on_lost_submission="fail",
         ),
         System("airflow-3.3.2", pass_token=False, dedupe=False, find_job=False, airflow_332=True),
+        System("no-taskstate", pass_token=False, dedupe=False, find_job=False, durable=False),
     )
 }
 
@@ -156,6 +158,7 @@ class CrashJobOperator(ResumableJobMixin):
         self.run_for = run_for
         self.fail_first = fail_first
         self.on_lost_submission = system.on_lost_submission  # type: ignore[misc]
+        self.durable = system.durable
 
     def resume_decision(self, context: Any) -> ResumeDecision:
         decision = super().resume_decision(context)
@@ -513,6 +516,8 @@ def run_deferrable_scenario(
 
     for _ in range(max_tries):
         worker = run("defer")
+        if worker.error is not None and "LostSubmissionError" in worker.error:
+            break  # stopped for a person (on_lost_submission="fail")
         if worker.killed_at is not None or worker.error is not None:
             continue  # the try failed; Airflow retries it
         if worker.deferred is None:
@@ -536,6 +541,12 @@ def _settle(jobs: JobSystem, logical: str, limit: float = 10.0) -> None:
         if time.monotonic() > end:
             raise TimeoutError(f"jobs of {logical} still running after {limit}s")
         time.sleep(0.005)
+
+
+def random_deferrable_kill(rng: random.Random) -> dict[str, Any]:
+    """A random kill point of the deferrable flow (a random poll of the trigger's)."""
+    point = rng.choice(DEFERRABLE_KILL_POINTS)
+    return {"kill_at": point, "occurrence": rng.randint(1, 4) if point == "during_trigger" else 1}
 
 
 def random_kill(rng: random.Random) -> dict[str, Any]:
