@@ -161,7 +161,9 @@ def test_deferrable_one_job_and_the_right_result_whatever_the_kill_point(
 ) -> None:
     """Worker, triggerer or `execute_complete` SIGKILLed: one job, its result, and a retry
     that defers on (or returns) the job it finds instead of submitting."""
-    scenario = run_deferrable_scenario(any_env, jobs, SYSTEMS[system], kill_at=kill_at)
+    # A trigger polls only while the job runs: give it a job that outlives a loaded fork.
+    env = replace(any_env, run_for=1.0) if kill_at == "during_trigger" else any_env
+    scenario = run_deferrable_scenario(env, jobs, SYSTEMS[system], kill_at=kill_at)
     killed = [i for i, t in enumerate(scenario.tries) if t.killed_at is not None]
     assert [scenario.tries[i].killed_at for i in killed] == [kill_at], scenario.tries
     assert scenario.working_jobs == 1, scenario.jobs
@@ -181,7 +183,11 @@ def test_deferrable_failed_job_is_resubmitted_once_under_a_new_token(
     env: Env, jobs: JobSystem
 ) -> None:
     scenario = run_deferrable_scenario(
-        env, jobs, SYSTEMS["client-token"], kill_at="during_trigger", fail_first=True
+        replace(env, run_for=1.0),
+        jobs,
+        SYSTEMS["client-token"],
+        kill_at="during_trigger",
+        fail_first=True,
     )
     assert [state for _, state in scenario.jobs] == ["FAILED", "SUCCEEDED"]
     assert "terminal_resubmit" in [t.decision for t in scenario.tries]
@@ -193,6 +199,11 @@ def test_deferrable_without_token_only_the_window_duplicates(env: Env, jobs: Job
     """The same baseline as the blocking path: no token and no find_job leave the submit
     window open (this is what the token or find_job closes); every other point is safe."""
     for kill_at in DEFERRABLE_KILL_POINTS:
-        scenario = run_deferrable_scenario(env, jobs, SYSTEMS["no-token"], kill_at=kill_at)
+        scenario = run_deferrable_scenario(
+            replace(env, run_for=1.0) if kill_at == "during_trigger" else env,
+            jobs,
+            SYSTEMS["no-token"],
+            kill_at=kill_at,
+        )
         assert scenario.result_correct, (kill_at, scenario.final)
         assert scenario.working_jobs == (2 if kill_at in WINDOW else 1), (kill_at, scenario.jobs)
