@@ -22,24 +22,29 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def apt_install(package: str) -> None:
+    """Install a Debian package when we are root (CI's fresh machine); else do nothing, and the
+    caller reports what is missing."""
+    if os.geteuid() != 0:
+        return
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
+    subprocess.run(
+        ["apt-get", "install", "-y", "-q", "--no-install-recommends", package], check=True, env=env
+    )
+
+
 def _bin_dir() -> Path:
     """Newest /usr/lib/postgresql/<major>/bin, installing the Debian package if there is none."""
-    for _ in range(2):
+    for attempt in range(2):
         found = sorted(
             glob.glob("/usr/lib/postgresql/*/bin/initdb"),
             key=lambda p: int(Path(p).parent.parent.name),
         )
         if found:
             return Path(found[-1]).parent
-        if os.geteuid() != 0:
-            break
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "postgresql"],
-            check=True,
-            env=env,
-        )
+        if attempt == 0:
+            apt_install("postgresql")
     raise RuntimeError("PostgreSQL not found: apt-get install postgresql (as root)")
 
 

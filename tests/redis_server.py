@@ -3,7 +3,6 @@ on 127.0.0.1 and a free port, for the Celery broker and result backend; killed a
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
@@ -12,23 +11,16 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.postgres_server import free_port
+from tests.postgres_server import apt_install, free_port
 
 
 def _binary() -> str:
-    for _ in range(2):
+    for attempt in range(2):
         found = shutil.which("redis-server")
         if found:
             return found
-        if os.geteuid() != 0:
-            break
-        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-        subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
-        subprocess.run(
-            ["apt-get", "install", "-y", "-q", "--no-install-recommends", "redis-server"],
-            check=True,
-            env=env,
-        )
+        if attempt == 0:
+            apt_install("redis-server")
     raise RuntimeError("redis-server not found: apt-get install redis-server (as root)")
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_task_set_get_list_delete_clear(run) -> None:  # type: ignore[no-untyped
 def test_bad_input_is_a_message_and_nonzero_exit(run, args: list[str], message: str) -> None:  # type: ignore[no-untyped-def]
     proc = run(*args, ok=False)
     assert message in proc.stderr
-    assert json.loads(run("task", "list", "--dag-id", "d", "--json").stdout) == []
+    assert list(StateStore(run.url, settings=Settings()).backend.scan()) == []
 
 
 def test_asset_commands(run) -> None:  # type: ignore[no-untyped-def]
@@ -153,7 +154,8 @@ def test_db_and_doctor(run) -> None:  # type: ignore[no-untyped-def]
     assert "(current)" in run("db", "check").stdout
     checks = {c["check"]: c for c in json.loads(run("doctor", "--json").stdout)}
     assert checks["backend"]["status"] == "ok"
-    assert checks["setting default_retention_days"]["detail"] == "30"
+    retention = checks["[state_store] default_retention_days"]
+    assert (retention["value"], retention["source"]) == ("30", "default")
 
 
 def test_doctor_names_a_bad_setting(run, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
@@ -243,3 +245,241 @@ def test_a_newer_schema_gets_the_same_advice_everywhere(run, tmp_path: Path) -> 
         assert "db migrate" not in said
     assert backend["status"] == "warn"  # a rolling upgrade: older code still reads and writes
     assert run("task", "get", *SCOPE, "k").stdout.strip() == "1"
+
+
+# -- issue 30: the CLI as a person meets it ---------------------------------------------------
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW", "TASKSTATE"))}
+    return {**env, **extra}
+
+
+def test_retention_days_0_is_a_usage_error_naming_never_expire(run) -> None:  # type: ignore[no-untyped-def]
+    """Issue 30.2: `--retention-days 0` wrote a key that had already expired (exit 0)."""
+    for days in ("0", "0.0", "-0"):
+        proc = run("task", "set", "k", "1", *SCOPE, "--retention-days", days, ok=False)
+        assert proc.returncode == 2 and "--never-expire" in proc.stderr, proc.stderr
+    run("task", "set", "k", "1", *SCOPE, "--retention-days", "0.5")
+    assert run("task", "get", "k", *SCOPE).stdout.strip() == "1"
+
+
+def test_variables_migrate_without_airflow_is_a_message(run) -> None:  # type: ignore[no-untyped-def]
+    proc = run("variables", "migrate", "--variable", "v", "--to-asset", "a", "--key", "k", ok=False)
+    assert proc.returncode == 1 and "Airflow is not installed" in proc.stderr, proc.stderr
+
+
+def test_listings_speak_table_json_yaml_and_plain(run) -> None:  # type: ignore[no-untyped-def]
+    run_id = "scheduled__2026-01-01T00:00:00+00:00"
+    scope = ["--dag-id", "d", "--run-id", run_id, "--task-id", "extract"]
+    run("task", "set", "cursor", '{"a": 1}', *scope)
+    run("asset", "set", "watermark", '"2026"', "--name", "orders")
+    as_json = json.loads(run("task", "list", "--dag-id", "d", "-o", "json").stdout)
+    assert as_json == json.loads(run("task", "list", "--dag-id", "d", "--json").stdout)
+    assert [(r["run_id"], r["value"]) for r in as_json] == [(run_id, {"a": 1})]
+    yaml = pytest.importorskip("yaml")  # in the dev lock; -o yaml says what to install if not
+    assert yaml.safe_load(run("task", "list", "--dag-id", "d", "-o", "yaml").stdout) == as_json
+    header, line = run("task", "list", "--dag-id", "d", "--output", "plain").stdout.splitlines()
+    assert header.split() == [
+        "run_id", "task_id", "map_index", "key", "value", "expires_at", "updated_at"
+    ]  # fmt: skip
+    assert line.split()[:5] == [run_id, "extract", "-1", "cursor", '{"a":']
+    assert "┃" not in header and "…" not in line  # no borders, nothing cut
+    assets = run("asset", "list", "-o", "plain").stdout.splitlines()
+    assert assets[1].split()[:3] == ["orders", "watermark", "2026"]
+    assert "unknown" not in run("task", "list", "--dag-id", "d", "-o", "xml", ok=False).stderr
+
+
+def test_export_into_a_closed_pipe_ends_quietly(run) -> None:  # type: ignore[no-untyped-def]
+    """Issue 30.9: `taskstate export | head -1` printed "Broken pipe" and exited 1."""
+    lines = [
+        json.dumps({"scope": "asset", "asset": "a", "key": f"k{i}", "value": "x" * 100})
+        for i in range(2000)  # ~250 kB: more than a pipe holds, so the writer meets the close
+    ]
+    run("import", stdin="\n".join(lines))
+    proc = subprocess.run(
+        ["bash", "-c", '"$0" -m taskstate --url "$1" export | head -1; exit "${PIPESTATUS[0]}"',
+         sys.executable, run.url],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["key"] == "k0"
+    assert "Broken pipe" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+    assert "Exception ignored" not in proc.stderr
+
+
+def test_version_and_help_summaries(run) -> None:  # type: ignore[no-untyped-def]
+    from importlib.metadata import version
+
+    assert run("--version").stdout.strip() == f"taskstate {version('taskstate')}"
+    for group in ([], ["task"], ["asset"], ["db"], ["variables"]):
+        out = run(*group, "--help").stdout
+        commands = out.split("Commands:")[1]
+        assert "..." not in commands, out  # click cut "Set KEY to VALUE (JSON, e.g." here
+        assert "e.g.\n" not in commands
+    assert "Set KEY to VALUE, given as JSON" in run("task", "--help").stdout
+
+
+def test_a_read_of_a_mistyped_sqlite_path_creates_nothing(tmp_path: Path) -> None:
+    """Issue 30.9: `task get` with a mistyped path created an empty database there."""
+    missing = tmp_path / "typo" / "stat.db"
+    url = f"sqlite:///{missing}"
+    for args in (
+        ["task", "get", "k", *SCOPE],
+        ["task", "list", "--dag-id", "d"],
+        ["asset", "list"],
+        ["export"],
+        ["db", "check"],
+        ["clean"],
+        ["task", "clear", *SCOPE],
+    ):
+        proc = subprocess.run(
+            [sys.executable, "-m", "taskstate", "--url", url, *args],
+            capture_output=True, text=True, env=_clean_env(), check=False,
+        )  # fmt: skip
+        assert proc.returncode == 1, (args, proc.stderr)
+        assert f"there is no state database at {missing}" in proc.stderr, proc.stderr
+        assert not missing.exists() and not missing.parent.exists(), args
+    doctor = subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", url, "doctor", "--json"],
+        capture_output=True, text=True, env=_clean_env(), check=False,
+    )  # fmt: skip
+    backend = next(c for c in json.loads(doctor.stdout) if c["check"] == "backend")
+    assert backend["status"] == "warn" and "a write does" in backend["detail"]
+    subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", url, "task", "set", "k", "1", *SCOPE],
+        env=_clean_env(), check=True,
+    )  # fmt: skip
+    assert missing.exists()  # a write still creates it
+
+
+def test_a_missing_sqlite_file_is_a_typed_error_only_when_asked() -> None:
+    import tempfile
+
+    from taskstate.errors import DatabaseMissingError
+
+    path = Path(tempfile.mkdtemp()) / "state.db"
+    reader = StateStore(f"sqlite:///{path}", settings=Settings(), create=False)
+    with pytest.raises(DatabaseMissingError, match=str(path)) as caught:
+        reader.task_state(TaskScope("d", "r", "t")).get("k")
+    assert isinstance(caught.value, FileNotFoundError) and not path.exists()
+    plain = StateStore(f"sqlite:///{path}", settings=Settings())  # plain Python: a first get
+    assert plain.task_state(TaskScope("d", "r", "t")).get("k", "none") == "none"  # is normal
+
+
+def test_doctor_shows_option_names_sources_and_whether_credentials_are_set(
+    tmp_path: Path,
+) -> None:
+    """Issue 30.8: Rich ate "[state_store]" from messages; settings were reprs under internal
+    names; nothing said whether a secret key or a worker token was set."""
+    (tmp_path / "airflow.cfg").write_text(
+        "[state_store]\ndefault_retention_days = 7\ntaskstate_token = tok-in-the-file\n"
+    )
+    env = _clean_env(
+        AIRFLOW_HOME=str(tmp_path),
+        AIRFLOW__STATE_STORE__TASKSTATE_URL=f"sqlite:///{tmp_path}/s.db",
+        AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES_CMD="echo 1000",
+        AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY="k" * 40,
+        COLUMNS="250",
+    )
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskstate", "doctor", "-o", "json"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    checks = {c["check"]: c for c in json.loads(proc.stdout)}
+    got = {
+        name: (checks[name]["value"], checks[name]["source"])
+        for name in (
+            "[state_store] taskstate_url",
+            "[state_store] max_value_storage_bytes",
+            "[state_store] default_retention_days",
+            "[state_store] clear_on_success",
+            "[state_store] taskstate_secret_key",
+            "[state_store] taskstate_token",
+        )
+    }
+    assert got == {
+        "[state_store] taskstate_url": (
+            f"sqlite:///{tmp_path}/s.db", "env AIRFLOW__STATE_STORE__TASKSTATE_URL"
+        ),
+        "[state_store] max_value_storage_bytes": (
+            "1000", "env AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES_CMD"
+        ),
+        "[state_store] default_retention_days": (
+            "7", f"default_retention_days in {tmp_path}/airflow.cfg"
+        ),
+        "[state_store] clear_on_success": ("False", "default"),
+        "[state_store] taskstate_secret_key": (
+            "set", "env AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY"
+        ),
+        "[state_store] taskstate_token": ("set", f"taskstate_token in {tmp_path}/airflow.cfg"),
+    }  # fmt: skip
+    assert "k" * 40 not in proc.stdout and "tok-in-the-file" not in proc.stdout
+    table = subprocess.run(
+        [sys.executable, "-m", "taskstate", "doctor"],
+        capture_output=True, text=True, env=env, check=False,
+    ).stdout  # fmt: skip
+    assert "[state_store] default_retention_days" in table  # printed as written, not markup
+    assert f"7 (from default_retention_days in {tmp_path}/airflow.cfg)" in table
+
+    env["AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAYS"] = "-3"
+    bad = subprocess.run(
+        [sys.executable, "-m", "taskstate", "doctor"],
+        capture_output=True, text=True, env=env, check=False,
+    )  # fmt: skip
+    assert bad.returncode == 1
+    assert "[state_store] default_retention_days must be >= 0" in bad.stdout, bad.stdout
+
+
+def test_every_write_says_who_wrote_it(run, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Issue 30.4: CLI writes were recorded as written by the task; `import` re-stamped
+    `updated_at` and re-attributed every row."""
+    import getpass
+    import time
+
+    person = {"kind": "api", "via": "cli", "user": getpass.getuser()}
+    run("task", "set", "by_cli", "1", *SCOPE)
+    run("asset", "set", "by_cli", "1", "--name", "orders")
+    store = StateStore(run.url, settings=Settings())
+    task = TaskScope("d", "r", "t")
+    store.task_state(task).set("by_task", 2)  # plain Python: the task itself
+    ops = {"kind": "api", "subject": "ops"}
+    store.task_state(task, writer=ops).set("by_ops", 3)
+    entries = {(type(s).__name__, e.key): e for s, e in store.entries()}
+    assert entries["TaskScope", "by_cli"].updated_by == person
+    assert entries["AssetScope", "by_cli"].updated_by == person
+    assert entries["TaskScope", "by_task"].updated_by == {
+        "kind": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1
+    }  # fmt: skip
+    assert entries["TaskScope", "by_ops"].updated_by == ops
+    listed = json.loads(run("task", "list", "--dag-id", "d", "-o", "json").stdout)
+    assert {r["key"]: r["updated_by"] for r in listed}["by_cli"] == person
+
+    dump = run("export").stdout
+    lines = [json.loads(line) for line in dump.splitlines()]
+    assert all({"updated_at", "updated_by"} <= set(line) for line in lines)
+    time.sleep(0.05)  # an import that re-stamps would now differ
+    copy_url = f"sqlite:///{tmp_path}/copy.db"
+    subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", copy_url, "import"],
+        input=dump, text=True, capture_output=True, check=True,
+    )  # fmt: skip
+    copied = {(type(s).__name__, e.key): e for s, e in StateStore(copy_url).entries()}
+    assert {k: (e.updated_at, e.updated_by) for k, e in copied.items()} == {
+        k: (e.updated_at, e.updated_by) for k, e in entries.items()
+    }
+
+    # An older file names no writer and no time: now, and "via import".
+    old = {"scope": "asset", "asset": "old", "key": "k", "value": 1}
+    before = time.time()
+    run("import", stdin=json.dumps(old) + "\n")
+    entry = StateStore(run.url, settings=Settings()).asset_state(AssetScope(name="old")).entry("k")
+    assert entry is not None and before <= entry.updated_at <= time.time()
+    assert entry.updated_by == {"kind": "api", "via": "import", "user": getpass.getuser()}
+    # A writer outside Airflow's kinds is refused, and nothing of the file is written.
+    bad = {**old, "key": "k2", "updated_by": {"kind": "person"}}
+    proc = run("import", stdin=json.dumps({**old, "key": "k1"}) + "\n" + json.dumps(bad), ok=False)
+    assert "line 2: updated_by must be null or a writer whose kind is one of task" in proc.stderr
+    assert StateStore(run.url, settings=Settings()).asset_state(AssetScope(name="old")).keys() == [
+        "k"
+    ]

@@ -43,11 +43,16 @@ def test_update_from_8_processes_loses_nothing(tmp_path: Path) -> None:
     )
 
 
-def _wait_until_writing(counter: Any) -> None:
-    """Until the forked children have made 100 updates (at most a minute)."""
+def _close_mid_run(parent: StateStore, counter: Any, procs: list[Any]) -> None:
+    """Close `parent` once the forked children have made 100 updates and before they finish:
+    the tests' claim is about a close *while they write*, so either wait failing fails them."""
     deadline = time.monotonic() + 60
-    while counter.get("n") < 100 and time.monotonic() < deadline:
+    while counter.get("n") < 100:
+        assert time.monotonic() < deadline, f"the children made {counter.get('n')} updates in 60 s"
         time.sleep(0.001)
+    parent.close()
+    # 8 x 1000 updates take seconds; a child still alive after the close proves "mid-run".
+    assert any(p.is_alive() for p in procs), "every child had finished before the close"
 
 
 def test_children_lose_nothing_when_the_parent_closes_its_store_while_they_write(
@@ -60,8 +65,7 @@ def test_children_lose_nothing_when_the_parent_closes_its_store_while_they_write
     procs = [CTX.Process(target=_increment, args=(url, 1000)) for _ in range(8)]
     for p in procs:
         p.start()
-    _wait_until_writing(counter)
-    parent.close()  # mid-run: the children must still own the WAL
+    _close_mid_run(parent, counter, procs)  # the children must still own the WAL
     for p in procs:
         p.join(120)
         assert p.exitcode == 0
@@ -199,8 +203,8 @@ def test_children_lose_nothing_when_a_parent_thread_held_the_file_open_at_the_fo
         p.start()
     forked.set()
     holder.join(60)  # its connection is released now...
-    _wait_until_writing(counter)
-    parent.close()  # ...and the main thread's: the parent must not act as the WAL's last user
+    # ...and the main thread's: the parent must not act as the WAL's last user
+    _close_mid_run(parent, counter, procs)
     for p in procs:
         p.join(120)
         assert p.exitcode == 0

@@ -176,8 +176,8 @@ def test_no_cli_output_shows_a_planted_secret(tmp_path: Path) -> None:
         assert SECRET not in proc.stdout + proc.stderr, (name, proc.stdout, proc.stderr)
     doctor = json.loads(runs["doctor --json"].stdout)
     shown = {check["check"]: check["detail"] for check in doctor}
-    assert "***" in shown["setting taskstate_url"]
-    assert "***" in shown["setting offload_storage_options"]
+    assert "***" in shown["[state_store] taskstate_url"]
+    assert "***" in shown["[state_store] taskstate_offload_storage_options"]
     assert "invalid port" in shown["backend"]  # the reason is still there, minus the secret
 
 

@@ -41,7 +41,14 @@ def test_get_default_and_delete_is_noop(store: StateStore) -> None:
     acc = store.task_state(T)
     assert acc.get("missing") is None
     assert acc.get("missing", default=0) == 0
+    acc.set("kept", 1)
+    sibling = store.task_state(TaskScope("dag", "run", "task", 0))
+    sibling.set("missing", 2)  # the same key in another scope
     acc.delete("missing")
+    # Read back: nothing of this scope or another changed, and no row appeared for the key.
+    assert acc.items() == [("kept", 1)]
+    assert acc.entry("missing") is None
+    assert sibling.items() == [("missing", 2)]
 
 
 def test_default_retention_and_expired_reads_as_absent_before_cleanup(

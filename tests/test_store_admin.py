@@ -160,11 +160,14 @@ def test_restore_with_absolute_expiry(store: StateStore, clock: Clock) -> None:
 
 def test_import_entries_is_all_or_nothing(store: StateStore, clock: Clock) -> None:
     store.task_state(T).set("existing", "old")
-    good = [(T, f"k{i}", i, None) for i in range(100)]
+    good = [(T, f"k{i}", i, None, None, None) for i in range(100)]
     with pytest.raises(InvalidValueError):
-        store.import_entries([*good, (T, "bad", float("nan"), None)])
+        store.import_entries([*good, (T, "bad", float("nan"), None, None, None)])
     assert store.task_state(T).keys() == ["existing"]
-    assert store.import_entries([*good, (T, "existing", "new", None)], replace=False) == 100
+    assert (
+        store.import_entries([*good, (T, "existing", "new", None, None, None)], replace=False)
+        == 100
+    )
     assert store.task_state(T).get("existing") == "old"
-    assert store.import_entries([(T, "existing", "new", None)]) == 1
+    assert store.import_entries([(T, "existing", "new", None, None, None)]) == 1
     assert store.task_state(T).get("existing") == "new"

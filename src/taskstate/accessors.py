@@ -18,7 +18,7 @@ import functools
 import json
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -34,13 +34,10 @@ from taskstate.stored import (
     Expiry,
     Page,
     StoredEntry,
-    Writer,
     canonical,
     etag_of,
     is_live,
     stored_ref,
-    task_writer,
-    writer_text,
 )
 from taskstate.values import (
     JsonValue,
@@ -49,6 +46,7 @@ from taskstate.values import (
     encode_value,
     expires_at,
 )
+from taskstate.writers import Writer, task_writer, writer_text
 
 if TYPE_CHECKING:
     from taskstate.store import StateStore
@@ -107,30 +105,40 @@ class _Accessor:
 
     def keys(self) -> list[str]:
         """The live keys of this scope, ascending."""
-        return [row.key for row in self._rows()]
+        return [row.key for row in self._backend.rows(self._ns, self._clock())]
 
     def items(self) -> list[tuple[str, Any]]:
         """(key, value) of every live key of this scope, ascending by key."""
-        values = ((row.key, self._read(self._ns, row.key, row.value)) for row in self._rows())
+        rows = self._backend.rows(self._ns, self._clock())
+        values = ((row.key, self._read(self._ns, row.key, row.value)) for row in rows)
         return [(key, value) for key, value in values if value is not GONE]
 
     def entry(self, key: str) -> StoredEntry | None:
         """`key` with its metadata (updated at/by, expiry, etag), or None if absent or expired."""
         check_key(key)
-        # A scope holds few keys; the scan brings updated_at and the writer along.
-        return next((self._store.entry_of(r) for r in self._rows() if r.key == key), None)
+        found = self._backend.get(self._ns, key)
+        if found is None or not is_live(found.expires_at, self._clock()):
+            return None
+        at = found.updated_at
+        if at is None:  # a third-party backend's `get` without it: look it up
+            now = self._clock()
+            rows = self._backend.rows(self._ns, now, key_prefix=key)
+            return next((self._store.entry_of(r) for r in rows if r.key == key), None)
+        row = Row(self._ns, key, found.value, found.expires_at, at, found.updated_by)
+        return self._store.entry_of(row)
 
     def page(self, *, limit: int = 50, offset: int = 0, key_prefix: str = "") -> Page[StoredEntry]:
         """Live keys in ascending order, `limit` from `offset`, optionally under `key_prefix`;
-        `total` counts every match."""
-        rows = [row for row in self._rows() if row.key.startswith(key_prefix)]
-        window = rows[offset : offset + limit] if limit >= 0 else []
-        entries = (self._store.entry_of(row) for row in window)
-        return Page([entry for entry in entries if entry is not None], len(rows))
-
-    def _rows(self) -> Iterator[Row]:
-        # A prefix scan of "…\x1f1" also matches map index 10: keep this namespace only.
-        return (row for row in self._store.live_rows(self._ns) if row.namespace == self._ns)
+        `total` counts every match. Two indexed queries: the page, and the count."""
+        now = self._clock()
+        rows = (
+            self._backend.rows(self._ns, now, key_prefix=key_prefix, limit=limit, offset=offset)
+            if limit > 0
+            else []
+        )
+        total = self._backend.count(self._ns, now, exact=True, key_prefix=key_prefix)
+        entries = (self._store.entry_of(row) for row in rows)
+        return Page([entry for entry in entries if entry is not None], total)
 
     # -- writing --------------------------------------------------------------------------
 
@@ -355,6 +363,17 @@ class TaskStateStore(_Accessor):
 
     `retention`: None → `[state_store] default_retention_days` (0 = never), a `timedelta`,
     or `NEVER_EXPIRE`. An expired key reads as absent.
+
+    >>> import tempfile
+    >>> from taskstate import StateStore, TaskScope
+    >>> store = StateStore(f"sqlite:///{tempfile.mkdtemp()}/state.db")
+    >>> state = store.task_state(TaskScope("etl", "run_1", "load"))
+    >>> state.update("rows", lambda n: n + 10, default=0)
+    10
+    >>> state.compare_and_set("owner", None, "try 1"), state.compare_and_set("owner", None, "try 2")
+    (True, False)
+    >>> state.delete("rows"); state.items()
+    [('owner', 'try 1')]
     """
 
     scope: TaskScope

@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import importlib.util
+import io
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
@@ -14,12 +16,13 @@ from typing import Any, TextIO, TypeVar
 import click
 
 from taskstate import transfer
-from taskstate.errors import TaskStateError
+from taskstate.errors import DatabaseMissingError, TaskStateError
 from taskstate.redaction import redact_url
 from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, task_prefix
-from taskstate.settings import Settings
+from taskstate.settings import shown_options
 from taskstate.store import AssetStateStore, StateStore, StoredEntry, TaskStateStore
 from taskstate.values import NEVER_EXPIRE
+from taskstate.writers import cli_writer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,7 +36,34 @@ _LAZY = {
 }
 
 
-class _Group(click.Group):
+class HelpGroup(click.Group):
+    """A group whose command list shows each command's whole first paragraph, wrapped, instead
+    of click's 45-character cut (which stopped "Set KEY to VALUE (JSON, e.g." mid-sentence)."""
+
+    group_class: type[click.Group | type] | None = type  # subgroups are HelpGroups too
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = []
+        for name in self.list_commands(ctx):
+            command = self.get_command(ctx, name)
+            if command is not None and not command.hidden:
+                rows.append((name, summary(command)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def summary(command: click.Command) -> str:
+    """The command's short help, else the first paragraph of its help, on one line."""
+    if command.short_help:
+        return command.short_help
+    text = (command.help or "").split("\f")[0].strip()
+    return " ".join(text.split("\n\n")[0].split())
+
+
+class _Group(HelpGroup):
+    group_class = HelpGroup
+
     def list_commands(self, ctx: click.Context) -> list[str]:
         present = [name for name, target in _LAZY.items() if _importable(target)]
         return sorted([*super().list_commands(ctx), *present])
@@ -48,11 +78,27 @@ class _Group(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
-            return super().invoke(ctx)
+            result = super().invoke(ctx)
+            sys.stdout.flush()  # a closed pipe shows here, while we can still end quietly
+            return result
+        except BrokenPipeError:
+            # The reader went away (`taskstate export | head -1`): stop quietly with exit 0,
+            # as `cat` does, instead of "Broken pipe" and exit 1.
+            _silence_stdout()
+            ctx.exit(0)
         except TaskStateError as exc:
             raise click.ClickException(str(exc)) from None
         except OSError as exc:  # a path that cannot be a database, a file that cannot be read
             raise click.ClickException(f"{exc.strerror or exc}: {exc.filename or ''}") from None
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's last flush finds no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):  # not a real file (tests' runner)
+        pass
 
 
 def _importable(target: str) -> bool:
@@ -63,6 +109,9 @@ def _importable(target: str) -> bool:
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(
+    package_name="taskstate", prog_name="taskstate", message="%(prog)s %(version)s"
+)
 @click.option(
     "--url",
     envvar="TASKSTATE_URL",
@@ -81,16 +130,21 @@ class _Lazy:
         self.url = url
         self._store: StateStore | None = None
 
-    @property
-    def store(self) -> StateStore:
+    def open(self, *, create: bool = False) -> StateStore:
+        """`create`: the command writes, so a missing SQLite file may be created; a read of a
+        mistyped path is an error instead of a new empty file."""
         if self._store is None:
-            self._store = StateStore(self.url)
+            self._store = StateStore(self.url, create=create)
         return self._store
 
+    @property
+    def store(self) -> StateStore:
+        return self.open()
 
-def _store() -> StateStore:
-    lazy: _Lazy = click.get_current_context().obj
-    return lazy.store
+
+def _store(*, create: bool = False) -> StateStore:
+    lazy: _Lazy = click.get_current_context().find_root().obj
+    return lazy.open(create=create)
 
 
 def _console() -> Any:
@@ -122,13 +176,21 @@ def _parse_json_value(raw: str) -> Any:
 
 
 class _Days(click.FloatRange):
-    """Days of retention: a finite number from 0 to ten thousand years (NaN compares false
-    with every bound, so FloatRange alone would let it through)."""
+    """Days of retention: a finite number above 0, up to ten thousand years (NaN compares false
+    with every bound, so FloatRange alone would let it through). 0 is refused: the key would
+    expire as it is written, while `default_retention_days = 0` in config means "never"."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         days = super().convert(value, param, ctx)
         if days != days:
             self.fail(f"{value!r} is not a number of days", param, ctx)
+        if days == 0:
+            self.fail(
+                "0 days would expire the key as it is written; for a key that never expires "
+                "pass --never-expire instead",
+                param,
+                ctx,
+            )
         return days
 
 
@@ -151,9 +213,14 @@ def _task_options(require_all: bool) -> Callable[[F], F]:
     return wrap
 
 
-def _task(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> TaskStateStore:
-    return _store().task_state(
-        TaskScope(dag_id, run_id, task_id, -1 if map_index is None else map_index)
+def _task(
+    dag_id: str, run_id: str, task_id: str, map_index: int | None, *, write: bool = False
+) -> TaskStateStore:
+    """`write`: the command writes (a missing SQLite file may be created, and the rows record
+    the person at the command as their writer)."""
+    return _store(create=write).task_state(
+        TaskScope(dag_id, run_id, task_id, -1 if map_index is None else map_index),
+        writer=cli_writer() if write else None,
     )
 
 
@@ -163,27 +230,64 @@ def _asset_options(fn: F) -> F:
     return fn
 
 
-def _asset(name: str | None, uri: str | None) -> AssetStateStore:
+def _asset(name: str | None, uri: str | None, *, write: bool = False) -> AssetStateStore:
     if name is None and uri is None:
         raise click.UsageError("give the asset's --name or --uri")
-    return _store().asset_state(AssetScope(name=name, uri=uri))
+    return _store(create=write).asset_state(
+        AssetScope(name=name, uri=uri), writer=cli_writer() if write else None
+    )
 
 
 # -- shared read/write commands ------------------------------------------------------------
 
 
-def _show_rows(rows: list[dict[str, Any]], as_json: bool, columns: list[str]) -> None:
-    if as_json:
-        _print_json(rows)
-        return
-    from rich.table import Table
+def _output_options(fn: F) -> F:
+    """`-o/--output table|json|yaml|plain`, as Airflow's CLI lists things; `--json` is short
+    for `-o json`."""
+    fn = click.option("--json", "as_json", is_flag=True, help="Same as -o json.")(fn)
+    fn = click.option(
+        "-o",
+        "--output",
+        type=click.Choice(["table", "json", "yaml", "plain"]),
+        default="table",
+        show_default=True,
+        help="table for people; json or yaml with every field; plain: aligned columns without "
+        "borders, nothing cut (for grep and awk).",
+    )(fn)
+    return fn
 
-    table = Table(*columns)
-    for row in rows:
-        table.add_row(*(_cell(row.get(c)) for c in columns))
-    _console().print(table)
-    if not rows:
-        click.echo("(no keys)")
+
+def _show_rows(rows: list[dict[str, Any]], output: str, as_json: bool, columns: list[str]) -> None:
+    if as_json or output == "json":
+        _print_json(rows)
+    elif output == "yaml":
+        _print_yaml(rows)
+    elif output == "plain":
+        cells = [columns, *([_cell(row.get(c)) for c in columns] for row in rows)]
+        widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+        for line in cells:
+            click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
+    else:
+        from rich.table import Table
+
+        table = Table()
+        for column in columns:  # fold, never cut: a run id must stay whole in 80 columns
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*(_cell(row.get(c)) for c in columns))
+        _console().print(table)
+        if not rows:
+            click.echo("(no keys)")
+
+
+def _print_yaml(data: Any) -> None:
+    try:
+        import yaml  # PyYAML: not a dependency of taskstate, but in every Airflow environment
+    except ModuleNotFoundError:
+        raise click.ClickException(
+            "-o yaml needs PyYAML, which is not installed here: pip install pyyaml (or use -o json)"
+        ) from None
+    click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
 
 
 def _cell(value: Any) -> str:
@@ -207,9 +311,14 @@ def task() -> None:
 
 @task.command("list")
 @_task_options(require_all=False)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@_output_options
 def task_list(
-    dag_id: str, run_id: str | None, task_id: str | None, map_index: int | None, as_json: bool
+    dag_id: str,
+    run_id: str | None,
+    task_id: str | None,
+    map_index: int | None,
+    output: str,
+    as_json: bool,
 ) -> None:
     """List keys under a DAG, run, task or one map index (expired keys are not shown)."""
     if map_index is not None:
@@ -231,6 +340,7 @@ def task_list(
     ]
     _show_rows(
         rows,
+        output,
         as_json,
         ["run_id", "task_id", "map_index", "key", "value", "expires_at", "updated_at"],
     )
@@ -280,7 +390,7 @@ def task_set(
     retention_days: float | None,
     never_expire: bool,
 ) -> None:
-    """Set KEY to VALUE (JSON, e.g. 42, '"text"', '{"a": 1}')."""
+    """Set KEY to VALUE, given as JSON: 42, '"text"', '{"a": 1}' (or text with --text)."""
     if never_expire and retention_days is not None:
         raise click.UsageError("--never-expire and --retention-days exclude each other")
     retention = (
@@ -289,7 +399,7 @@ def task_set(
         else (None if retention_days is None else timedelta(days=retention_days))
     )
     parsed = value if text else _parse_json_value(value)
-    _task(dag_id, run_id, task_id, map_index).set(key, parsed, retention=retention)
+    _task(dag_id, run_id, task_id, map_index, write=True).set(key, parsed, retention=retention)
 
 
 @task.command("delete")
@@ -322,8 +432,8 @@ def asset() -> None:
 
 @asset.command("list")
 @_asset_options
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def asset_list(name: str | None, uri: str | None, as_json: bool) -> None:
+@_output_options
+def asset_list(name: str | None, uri: str | None, output: str, as_json: bool) -> None:
     """List the keys of one asset, or of every asset when none is named."""
     prefix = ASSET_PREFIX if name is None and uri is None else _asset(name, uri).scope.namespace
     rows = [
@@ -331,7 +441,7 @@ def asset_list(name: str | None, uri: str | None, as_json: bool) -> None:
         for scope, entry in _store().entries(prefix)
         if isinstance(scope, AssetScope) and (prefix == ASSET_PREFIX or scope.namespace == prefix)
     ]
-    _show_rows(rows, as_json, ["asset", "key", "value", "updated_at"])
+    _show_rows(rows, output, as_json, ["asset", "key", "value", "updated_at"])
 
 
 @asset.command("get")
@@ -350,7 +460,7 @@ def asset_get(key: str, name: str | None, uri: str | None, as_json: bool) -> Non
 @click.option("--text", is_flag=True, help="Store VALUE as a string instead of parsing JSON.")
 def asset_set(key: str, value: str, name: str | None, uri: str | None, text: bool) -> None:
     """Set KEY to VALUE (JSON)."""
-    _asset(name, uri).set(key, value if text else _parse_json_value(value))
+    _asset(name, uri, write=True).set(key, value if text else _parse_json_value(value))
 
 
 @asset.command("delete")
@@ -437,7 +547,7 @@ def export_cmd(output: TextIO, dag_id: str | None) -> None:
 )
 def import_cmd(source: TextIO, keep_existing: bool) -> None:
     """Read JSON lines from `taskstate export`: all lines are written, or none."""
-    result = transfer.import_lines(_store(), source, replace=not keep_existing)
+    result = transfer.import_lines(_store(create=True), source, replace=not keep_existing)
     click.echo(
         f"imported {result.written} keys; skipped {result.skipped_expired} already expired"
         + (f"; kept {result.kept_existing} existing" if keep_existing else "")
@@ -452,7 +562,7 @@ def db() -> None:
 @db.command("migrate")
 def db_migrate() -> None:
     """Create or upgrade the backend's tables."""
-    store = _store()
+    store = _store(create=True)
     applied = store.migrate()
     status = store.schema_status()
     click.echo(
@@ -476,41 +586,62 @@ def db_check() -> None:
 
 
 @main.command()
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def doctor(as_json: bool) -> None:
-    """Settings in force, backend reachability, Airflow version and which store is active."""
+@_output_options
+def doctor(output: str, as_json: bool) -> None:
+    """Settings in force and where each came from, backend reachability, Airflow, and which
+    store is active. Exit 1 when a check fails."""
     checks = list(_doctor_checks())
-    if as_json:
-        _print_json([{"check": c, "status": s, "detail": d} for c, s, d in checks])
+    if as_json or output != "table":
+        _show_rows(checks, output, as_json, ["check", "status", "detail"])
     else:
         from rich.table import Table
+        from rich.text import Text
 
         table = Table("check", "status", "detail")
         colour = {"ok": "green", "warn": "yellow", "fail": "red"}
-        for check, status, detail in checks:
-            table.add_row(check, f"[{colour[status]}]{status}[/]", detail)
+        for check in checks:  # Text, not markup: "[state_store] ..." must print as written
+            status = check["status"]
+            table.add_row(
+                Text(check["check"]), Text(status, style=colour[status]), Text(check["detail"])
+            )
         _console().print(table)
-    if any(status == "fail" for _, status, _ in checks):
+    if any(check["status"] == "fail" for check in checks):
         sys.exit(1)
 
 
-def _doctor_checks() -> Iterator[tuple[str, str, str]]:
-    try:
-        settings = Settings.load()
-    except TaskStateError as exc:
-        yield "settings", "fail", str(exc)
+def _doctor_checks() -> Iterator[dict[str, str]]:
+    """Each option under its airflow.cfg name with its source (a credential only as set or
+    not), then the backend, then Airflow's checks."""
+    failed = False
+    for shown in shown_options():
+        if shown.error is not None:
+            failed = True
+            yield {"check": shown.label, "status": "fail", "detail": shown.error}
+            continue
+        detail = shown.value or "(not set)"
+        if shown.source == "default":
+            detail += " (default)" if shown.value else ""
+        elif shown.source:
+            detail += f" (from {shown.source})"
+        row = {"check": shown.label, "status": "ok", "detail": detail}
+        yield {**row, "value": shown.value, "source": shown.source}
+    if failed:
         return
-    for field, shown in settings.redacted().items():
-        yield f"setting {field}", "ok", repr(shown)
+    for check, status, detail in (*_backend_check(), *_airflow_checks()):
+        yield {"check": check, "status": status, "detail": detail}
+
+
+def _backend_check() -> Iterator[tuple[str, str, str]]:
     lazy: _Lazy = click.get_current_context().obj
     try:
         store = lazy.store
         status = store.schema_status()
         state = "ok" if status.up_to_date else "warn" if status.newer else "fail"
         yield "backend", state, f"{redact_url(store.describe())}: {status.describe()}"
+    except DatabaseMissingError as exc:  # a fresh install: the first write creates it
+        yield "backend", "warn", str(exc)
     except Exception as exc:  # doctor reports every failure instead of stopping at one
         yield "backend", "fail", f"{type(exc).__name__}: {exc}"
-    yield from _airflow_checks()
 
 
 def _airflow_checks() -> Iterator[tuple[str, str, str]]:

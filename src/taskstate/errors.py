@@ -74,6 +74,12 @@ class BackendUnavailableError(BackendError, ConnectionError):
     """The storage server could not be reached after bounded retries."""
 
 
+class OutcomeUnknownError(BackendUnavailableError):
+    """The connection to the store was lost while a conditional write (`update`,
+    `compare_and_set`) was being committed, and the store could not be asked afterwards whether
+    it landed. It was not applied again, so it can never apply twice: read the key to see."""
+
+
 class AccessDeniedError(BackendError, PermissionError):
     """The taskstate server refused the credentials (401) or the scope (403)."""
 
@@ -90,6 +96,12 @@ class BackendBusyError(BackendError, TimeoutError):
 
 class OffloadedValueMissingError(BackendError):
     """A row names an offloaded object that is not in object storage."""
+
+
+class DatabaseMissingError(BackendError, FileNotFoundError):
+    """A read found no SQLite state database at its path (a mistyped path, or nothing written
+    there yet). Reads that may not create the file raise it (the CLI's reads); writes create
+    the file."""
 
 
 class SchemaMissingError(BackendError):

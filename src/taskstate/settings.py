@@ -145,17 +145,72 @@ class Settings:
 
     def redacted(self) -> dict[str, Any]:
         """Every option as it may be shown: URLs and storage options without their secrets."""
-        shown: dict[str, Any] = {}
-        for spec in fields(self):
-            value = getattr(self, spec.name)
-            if isinstance(value, str):
-                value = (redact_json_options if spec.metadata["json"] else redact_url)(value)
-            shown[spec.name] = value
-        return shown
+        return {spec.name: _redacted(spec, getattr(self, spec.name)) for spec in fields(self)}
 
     def __repr__(self) -> str:
         shown = ", ".join(f"{name}={value!r}" for name, value in self.redacted().items())
         return f"Settings({shown})"
+
+
+def _redacted(spec: Field[Any], value: Any) -> Any:
+    if isinstance(value, str):
+        return (redact_json_options if spec.metadata["json"] else redact_url)(value)
+    return value
+
+
+# Credentials taskstate reads but never shows: `taskstate doctor` says only whether each is
+# set and where from. (Read by taskstate.api.tokens and taskstate.backends.http.)
+SECRET_OPTIONS = (("state_store", "taskstate_secret_key"), ("state_store", "taskstate_token"))
+
+
+@dataclass(frozen=True)
+class ShownOption:
+    """One option as `taskstate doctor` shows it: under its airflow.cfg name, the value as it
+    may be printed (secrets redacted, credentials only "set"), and where it came from."""
+
+    section: str
+    option: str
+    value: str
+    source: str
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"[{self.section}] {self.option}"
+
+
+def shown_options(environ: Mapping[str, str] | None = None) -> list[ShownOption]:
+    """Every `Settings` option, then each of `SECRET_OPTIONS`, with its source; an option that
+    cannot be read or parsed carries its error (the others are still shown)."""
+    env = os.environ if environ is None else environ
+    airflow = _airflow_lookup()
+    lookup = airflow or _file_lookup(env)
+    where = "Airflow's config" if airflow else str(config_path(env) or "airflow.cfg")
+    shown: list[ShownOption] = []
+    options = [(*spec.metadata["option"][:2], spec) for spec in fields(Settings)]
+    for section, option, spec in [*options, *((s, o, None) for s, o in SECRET_OPTIONS)]:
+        source = "default" if spec is not None else ""
+        try:
+            found = _find(env, lookup, section, option)
+            if found is not None:
+                source = _describe_source(found[0], where)
+            if spec is None:
+                value = "set" if found is not None and found[1].strip() else "not set"
+            else:
+                parsed = spec.default if found is None else _parse(spec, found[1])
+                value = "" if parsed is None else str(_redacted(spec, parsed))
+        except ConfigError as exc:
+            shown.append(ShownOption(section, option, "", source, str(exc)))
+            continue
+        shown.append(ShownOption(section, option, value, source))
+    return shown
+
+
+def _describe_source(source: str, where: str) -> str:
+    """`AIRFLOW__X__Y_CMD` -> "env AIRFLOW__X__Y_CMD"; `[x] y_cmd` -> "y_cmd in <file>"."""
+    if source.startswith("["):
+        return f"{source.partition('] ')[2]} in {where}"
+    return f"env {source}"
 
 
 def _parse(spec: Field[Any], raw: str) -> Any:
@@ -200,9 +255,16 @@ def airflow_option(
 
 
 def _raw(env: Mapping[str, str], lookup: Lookup, section: str, option: str) -> str | None:
-    """Airflow's order: the variable, its `_CMD`, its `_SECRET`, then the file's option,
-    `option_cmd`, `option_secret` — for every option, so the CLI on any machine resolves the
-    same store as the workers."""
+    found = _find(env, lookup, section, option)
+    return None if found is None else found[1]
+
+
+def _find(
+    env: Mapping[str, str], lookup: Lookup, section: str, option: str
+) -> tuple[str, str] | None:
+    """(where the value came from, the value) in Airflow's order: the variable, its `_CMD`,
+    its `_SECRET`, then the file's option, `option_cmd`, `option_secret` — for every option,
+    so the CLI on any machine resolves the same store as the workers."""
     name = f"AIRFLOW__{section.upper()}__{option.upper()}"
     for source, raw in (
         (name, env.get(name)),
@@ -215,10 +277,10 @@ def _raw(env: Mapping[str, str], lookup: Lookup, section: str, option: str) -> s
         if raw is None:
             continue
         if source.lower().endswith("_cmd"):
-            return _run_command(source, raw)
+            return source, _run_command(source, raw)
         if source.lower().endswith("_secret"):
-            return _secret(source, raw, env, lookup)
-        return raw
+            return source, _secret(source, raw, env, lookup)
+        return source, raw
     return None
 
 
@@ -259,10 +321,18 @@ def airflow_home(environ: Mapping[str, str] | None = None) -> Path | None:
     return Path(home).expanduser() if home else None
 
 
-def _file_lookup(env: Mapping[str, str]) -> Lookup:
-    parser = configparser.ConfigParser(interpolation=None)
+def config_path(environ: Mapping[str, str] | None = None) -> Path | None:
+    """The airflow.cfg taskstate reads when Airflow is not loaded: `$AIRFLOW_CONFIG`, else
+    `$AIRFLOW_HOME/airflow.cfg`."""
+    env = os.environ if environ is None else environ
     home = airflow_home(env)
     path = env.get("AIRFLOW_CONFIG") or (str(home / "airflow.cfg") if home else None)
+    return Path(path) if path else None
+
+
+def _file_lookup(env: Mapping[str, str]) -> Lookup:
+    parser = configparser.ConfigParser(interpolation=None)
+    path = config_path(env)
     if path:
         try:
             parser.read(path, encoding="utf-8")

@@ -16,7 +16,8 @@ from taskstate.accessors import AssetStateStore, MetaState, TaskStateStore, _Acc
 from taskstate.backends import load_worker_backend, open_backend
 from taskstate.backends.base import Row, SchemaStatus, StateBackend, WorkerStateBackend
 from taskstate.cleanup import CleanupResult, delete_expired
-from taskstate.errors import BackendError, OffloadedValueMissingError
+from taskstate.discovery import Discovery
+from taskstate.errors import BackendError, ConfigError, OffloadedValueMissingError
 from taskstate.metrics import Metrics, configured
 from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
 from taskstate.settings import Settings
@@ -27,13 +28,15 @@ from taskstate.stored import (
     REF_PREFIX,
     Page,
     StoredEntry,
-    Writer,
     etag_of,
     is_live,
     stored_ref,
-    task_writer,
 )
 from taskstate.values import decode_value
+from taskstate.writers import Writer, task_writer, writer_text
+
+ImportEntry = tuple[TaskScope | AssetScope, str, object, float | None, float | None, Writer | None]
+"""(scope, key, value, expires_at, updated_at, updated_by) for `StateStore.import_entries`."""
 
 __all__ = [
     "DEFAULT_EXPIRY",
@@ -72,26 +75,50 @@ class StateStore:
         worker_backend: WorkerStateBackend | None = None,
         clock: Callable[[], float] = time.time,
         metrics: Metrics | None = None,
+        create: bool = True,
     ) -> None:
+        """`create=False`: reading a SQLite file that does not exist raises
+        `DatabaseMissingError` instead of creating it."""
         self.settings = settings if settings is not None else Settings.load()
-        self.backend = backend if backend is not None else open_backend(url, self.settings)
+        self.backend = (
+            backend if backend is not None else open_backend(url, self.settings, create=create)
+        )
         self.worker_backend = (
             worker_backend if worker_backend is not None else load_worker_backend(self.settings)
         )
         self.clock = clock
+        self._remote = getattr(self.backend, "remote", False)  # values over HTTP
+        if self._remote and self.worker_backend is not None:
+            raise ConfigError(
+                "[workers] state_store_backend (offloading) is configured, but the state is "
+                f"reached over HTTP ({self.describe()}): the server's store decides where "
+                "values live. Configure offloading on the server, and remove it here"
+            )
         # Metrics/tracing (taskstate.metrics): `accessor_class` is the plain class when off.
         self.metrics = metrics if metrics is not None else configured()
 
     def task_state(self, scope: TaskScope, *, writer: Writer | None = None) -> TaskStateStore:
         """The state of one task instance. Writes record `writer` (default: the task itself)."""
+        if self._remote:
+            from taskstate.remote import RemoteTaskState
+
+            return self.metrics.accessor_class(RemoteTaskState)(self, scope, writer)
         return self.metrics.accessor_class(TaskStateStore)(self, scope, writer)
 
     def asset_state(self, scope: AssetScope, *, writer: Writer | None = None) -> AssetStateStore:
         """The state of one asset. Writes record `writer` (default: unknown)."""
+        if self._remote:
+            from taskstate.remote import RemoteAssetState
+
+            return self.metrics.accessor_class(RemoteAssetState)(self, scope, writer)
         return self.metrics.accessor_class(AssetStateStore)(self, scope, writer)
 
     def meta(self, scope: TaskScope) -> MetaState:
         """taskstate's own markers for a task instance (re-run and re-expansion detection)."""
+        if self._remote:
+            from taskstate.remote import RemoteMeta
+
+            return RemoteMeta(self, scope)  # type: ignore[return-value]
         return MetaState(self, scope)
 
     # -- reading ------------------------------------------------------------------------------
@@ -153,6 +180,10 @@ class StateStore:
         for namespace, rows in groupby(self.live_rows(prefix), key=lambda row: row.namespace):
             yield parse_namespace(namespace), sum(1 for _ in rows)
 
+    def discovery(self) -> Discovery:
+        """Which DAGs, runs, task instances and assets hold live state, paged (indexed)."""
+        return Discovery(self.backend, self.clock())
+
     # -- maintenance --------------------------------------------------------------------------
 
     def clear_task(
@@ -187,32 +218,26 @@ class StateStore:
         accessor = self._accessor(scope, writer)
         accessor.write(key, value, expires_at=expires)
 
-    def import_entries(
-        self,
-        entries: Iterable[tuple[TaskScope | AssetScope, str, object, float | None]],
-        *,
-        replace: bool = True,
-    ) -> int:
+    def import_entries(self, entries: Iterable[ImportEntry], *, replace: bool = True) -> int:
         """Write many keys all or nothing: every value is checked and offloaded first, then one
         backend transaction writes them all. `replace=False` keeps keys that already exist.
-        Returns how many rows were written."""
+        Each entry keeps its `updated_at` (None: now) and its writer as given (None: unknown),
+        so a restored backup says who wrote each key and when. Returns how many rows were
+        written."""
         with self.metrics.timer("taskstate.store.import"):
             return self._import_entries(entries, replace)
 
-    def _import_entries(
-        self,
-        entries: Iterable[tuple[TaskScope | AssetScope, str, object, float | None]],
-        replace: bool,
-    ) -> int:
+    def _import_entries(self, entries: Iterable[ImportEntry], replace: bool) -> int:
         now = self.clock()
         rows: list[Row] = []
         uploaded: list[str] = []
         try:
-            for scope, key, value, expires in entries:
+            for scope, key, value, expires, updated_at, writer in entries:
                 accessor = self._accessor(scope, None)
                 text = accessor._offload(key, accessor._encode(key, value), uploaded)
                 expiry = expires if isinstance(scope, TaskScope) else None
-                rows.append(Row(scope.namespace, key, text, expiry, now, accessor._writer))
+                at = now if updated_at is None else updated_at
+                rows.append(Row(scope.namespace, key, text, expiry, at, writer_text(writer)))
             return self.backend.set_many(rows, replace=replace)
         except BaseException:
             self._discard(uploaded)

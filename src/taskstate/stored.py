@@ -1,5 +1,6 @@
-"""What a stored row means: the offload-reference format, the expiry rule, the writer's
-identity, version tags, and the shapes listings return. Pure functions and data only."""
+"""What a stored row means: the offload-reference format, the expiry rule, version tags, and
+the shapes listings return (the writer's identity: `taskstate.writers`). Pure functions and
+data only."""
 
 from __future__ import annotations
 
@@ -8,8 +9,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final, Generic, TypeVar
 
-from taskstate.scope import TaskScope
 from taskstate.values import decode_value
+from taskstate.writers import Writer
 
 T = TypeVar("T")
 
@@ -35,21 +36,6 @@ DEFAULT_EXPIRY: Final = Expiry("DEFAULT_EXPIRY")
 KEEP_EXPIRY: Final = Expiry("KEEP_EXPIRY")
 """`write(expires_at=KEEP_EXPIRY)`: the key's current expiry (the default for a new key)."""
 
-Writer = dict[str, Any]
-"""Who wrote a key: `{"kind": "task", "dag_id", "run_id", "task_id", "map_index"}` or
-`{"kind": "api", "subject": ...}` — the HTTP API's `last_updated_by`."""
-
-
-def task_writer(scope: TaskScope) -> Writer:
-    """The writer identity of a task instance (what its own writes record)."""
-    return {
-        "kind": "task",
-        "dag_id": scope.dag_id,
-        "run_id": scope.run_id,
-        "task_id": scope.task_id,
-        "map_index": scope.map_index,
-    }
-
 
 def stored_ref(text: str) -> str | None:
     """The offload reference a stored value holds, or None for an inline value."""
@@ -59,10 +45,6 @@ def stored_ref(text: str) -> str | None:
 def etag_of(text: str) -> str:
     """An opaque version tag of a stored value: it changes whenever the value does."""
     return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
-
-
-def writer_text(writer: Writer | None) -> str | None:
-    return None if writer is None else json.dumps(writer, separators=(",", ":"), sort_keys=True)
 
 
 def is_live(expires: float | None, now: float) -> bool:

@@ -1,8 +1,14 @@
 """Export and import as JSON lines: backups, and moving state between backends.
 
 One line per key: {"scope": "task", "dag_id", "run_id", "task_id", "map_index", "key",
-"value", "expires_at"} or {"scope": "asset", "asset", "key", "value"}. Values are exported
-resolved (offload references followed), so a file moves between differently configured stores.
+"value", "expires_at", "updated_at", "updated_by"} or {"scope": "asset", "asset", "key", "value",
+"updated_at", "updated_by"}; times are epoch seconds, `updated_by` a writer record
+(`taskstate.writers`) or null when unknown. Values are exported resolved (offload references
+followed), so a file moves between differently configured stores.
+
+An import keeps each line's `updated_at` and `updated_by`, so a restored backup still says who
+wrote each key and when. A line from an older file, without them, is stamped now and
+`{"kind": "api", "via": "import", "user": ...}`.
 
 An import is all or nothing: every line is parsed and checked by the store's rules, values are
 offloaded, then one backend transaction writes every row (writers wait for it). A failure at
@@ -12,13 +18,15 @@ any point writes nothing and removes what was uploaded.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from taskstate.errors import BackendError, TaskStateError
 from taskstate.scope import AssetScope, TaskScope
-from taskstate.store import StateStore
+from taskstate.store import ImportEntry, StateStore
+from taskstate.writers import KINDS, Writer, import_writer
 
 
 class ImportFormatError(TaskStateError, ValueError):
@@ -46,6 +54,8 @@ def export_lines(store: StateStore, prefix: str = "") -> Iterator[str]:
                 "key": entry.key,
                 "value": entry.value,
             }
+        record["updated_at"] = entry.updated_at
+        record["updated_by"] = entry.updated_by
         yield json.dumps(record, ensure_ascii=False, separators=(",", ":"))
 
 
@@ -60,18 +70,19 @@ def import_lines(store: StateStore, lines: Iterable[str], *, replace: bool = Tru
     """Import every line or none. `replace=False` keeps keys that already exist."""
     now = store.clock()
     at = {"line": 0, "skipped": 0, "planned": 0}
+    unattributed = import_writer()  # for lines of older files, which name no writer
 
-    def records() -> Iterator[tuple[TaskScope | AssetScope, str, Any, float | None]]:
+    def records() -> Iterator[ImportEntry]:
         for number, line in enumerate(lines, 1):
             at["line"] = number
             if not line.strip():
                 continue
-            scope, key, value, expires = _parse(line)
+            scope, key, value, expires, updated_at, writer = _parse(line, unattributed)
             if expires is not None and expires <= now:
                 at["skipped"] += 1
                 continue
             at["planned"] += 1
-            yield scope, key, value, expires
+            yield scope, key, value, expires, updated_at, writer
 
     try:
         written = store.import_entries(records(), replace=replace)
@@ -87,7 +98,7 @@ def import_lines(store: StateStore, lines: Iterable[str], *, replace: bool = Tru
     return ImportResult(written, at["skipped"], at["planned"] - written)
 
 
-def _parse(line: str) -> tuple[TaskScope | AssetScope, str, Any, float | None]:
+def _parse(line: str, unattributed: Writer) -> ImportEntry:
     record = json.loads(line)
     if not isinstance(record, dict):
         raise ValueError("each line must be a JSON object")
@@ -96,11 +107,22 @@ def _parse(line: str) -> tuple[TaskScope | AssetScope, str, Any, float | None]:
         scope: TaskScope | AssetScope = TaskScope(
             record["dag_id"], record["run_id"], record["task_id"], record.get("map_index", -1)
         )
-        expires = record.get("expires_at")
-        if expires is not None and (type(expires) not in (int, float) or expires != expires):
-            raise ValueError(f"expires_at must be epoch seconds or null, got {expires!r}")
+        expires = _epoch(record, "expires_at")
     elif kind == "asset":
         scope, expires = AssetScope(name=record["asset"]), None
     else:
         raise ValueError(f'"scope" must be "task" or "asset", got {kind!r}')
-    return scope, record["key"], record["value"], expires
+    writer = record.get("updated_by", unattributed)
+    if writer is not None and not (isinstance(writer, dict) and writer.get("kind") in KINDS):
+        raise ValueError(
+            f"updated_by must be null or a writer whose kind is one of {', '.join(KINDS)}, "
+            f"got {writer!r}"
+        )
+    return scope, record["key"], record["value"], expires, _epoch(record, "updated_at"), writer
+
+
+def _epoch(record: dict[str, Any], field: str) -> float | None:
+    value = record.get(field)
+    if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+        raise ValueError(f"{field} must be epoch seconds or null, got {value!r}")
+    return value

@@ -129,7 +129,15 @@ def _bad_text(text: str, path: str) -> InvalidValueError | None:
 
 
 def encode_value(value: object) -> str:
-    """Validate `value` and return its stored JSON text. Raises before anything is written."""
+    """Validate `value` and return its stored JSON text. Raises before anything is written.
+
+    >>> encode_value({"cursor": 7, "name": "café"})
+    '{"cursor":7,"name":"café"}'
+    >>> encode_value({"at": (1, 2)})  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    taskstate.errors.UnsupportedValueTypeError: value['at'] is a tuple, ...; use a list
+    """
     if value is None:
         raise InvalidValueError(
             "the value is None; None cannot be stored — use delete(key) to remove a key, "

@@ -7,7 +7,14 @@ from collections.abc import Iterator
 
 import pytest
 from tests.airflow.deployment import Deployments
-from tests.airflow.harness import EXAMPLE_DAGS, TEST_DAGS, AirflowHome, versions
+from tests.airflow.harness import (
+    EXAMPLE_DAGS,
+    TEST_DAGS,
+    AirflowHome,
+    not_selected,
+    pinned,
+    versions,
+)
 
 DAG_FILES = [*sorted(TEST_DAGS.glob("*.py")), *sorted(EXAMPLE_DAGS.glob("*.py"))]
 
@@ -21,9 +28,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(skip)
 
 
+def _below_33(version: str) -> bool:
+    return tuple(map(int, version.split("."))) < (3, 3)
+
+
 def supported() -> list[str]:
     """The versions taskstate injects into (3.3+ has its own store)."""
-    return [v for v in versions() if tuple(map(int, v.split("."))) < (3, 3)]
+    return [v for v in versions() if _below_33(v)]
 
 
 @pytest.fixture(scope="session", params=supported() or ["none"])
@@ -32,13 +43,13 @@ def airflow_home(
 ) -> Iterator[AirflowHome]:
     version = request.param
     if version == "none":
-        pytest.skip("no Airflow version below 3.3 selected")
+        pytest.skip(not_selected(v for v in pinned() if _below_33(v)))
     yield AirflowHome(version, tmp_path_factory.mktemp(f"airflow-{version}"), DAG_FILES)
 
 
 def native() -> list[str]:
     """The selected versions with Airflow's own store (3.3+)."""
-    return [v for v in versions() if tuple(map(int, v.split("."))) >= (3, 3)]
+    return [v for v in versions() if not _below_33(v)]
 
 
 @pytest.fixture(scope="session", params=native() or ["none"])
@@ -47,7 +58,7 @@ def native_home(
 ) -> Iterator[AirflowHome]:
     """One Airflow 3.3+ home (SQLite) shared by every test of the native store."""
     if request.param == "none":
-        pytest.skip("no Airflow 3.3+ selected")
+        pytest.skip(not_selected(v for v in pinned() if not _below_33(v)))
     yield AirflowHome(request.param, tmp_path_factory.mktemp(f"airflow-{request.param}"), DAG_FILES)
 
 

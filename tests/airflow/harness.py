@@ -27,6 +27,21 @@ def versions() -> list[str]:
     return os.environ.get("TASKSTATE_AIRFLOW_VERSIONS", "").split()
 
 
+def pinned() -> list[str]:
+    """Every Airflow version with a pinned env (requirements/airflow-X.Y.lock), oldest first."""
+    found = [
+        p.name[len("airflow-") : -len(".lock")]
+        for p in (REPO / "requirements").glob("airflow-*.lock")
+    ]
+    return sorted(found, key=lambda v: tuple(map(int, v.split("."))))
+
+
+def not_selected(candidates: Iterable[str]) -> str:
+    """A skip reason naming the versions a test needs, none of them selected: the words
+    scripts/junit_check.py allows in a lane that left those versions out."""
+    return f"Airflow {' / '.join(candidates)} not selected (TASKSTATE_AIRFLOW_VERSIONS)"
+
+
 def airflow_env(version: str) -> Path:
     """The cached, shared env for `version` (Airflow and its pins only)."""
     out = subprocess.run(

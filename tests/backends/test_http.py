@@ -1,9 +1,5 @@
-"""The HTTP backend against a real `taskstate serve` subprocess on loopback.
-
-It passes the shipped backend contract, except where the contract states a dumb store's duty
-that the server takes over on purpose (the clock, the writer, expired-row cleanup): those tests
-are replaced below by what the server does instead, one by one.
-"""
+"""The store over HTTP (`taskstate.remote`'s accessors, `taskstate.backends.http`) against a
+real `taskstate serve` subprocess on loopback, and against servers that misbehave."""
 
 from __future__ import annotations
 
@@ -18,6 +14,7 @@ import time
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import ClassVar
 
 import httpx
 import pytest
@@ -25,14 +22,20 @@ from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
 
 from taskstate import NEVER_EXPIRE, StateStore, TaskScope
-from taskstate.backends.base import Entry
 from taskstate.backends.http import HttpBackend
+from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
-from taskstate.errors import AccessDeniedError, BackendUnavailableError, ConfigError
+from taskstate.errors import (
+    AccessDeniedError,
+    BackendUnavailableError,
+    ConfigError,
+    InvalidKeyError,
+    ValueTooLargeError,
+)
 from taskstate.settings import Settings
-from taskstate.testing.contract import NOW, NS, BackendContract
 
 SECRET = "s" * 40
+T = TaskScope("dag", "run", "task")
 
 
 def free_port() -> int:
@@ -92,62 +95,6 @@ def served(server: Server) -> Server:
     return server
 
 
-class TestHttpContract(BackendContract):
-    @pytest.fixture
-    def backend(self, served: Server) -> Iterator[HttpBackend]:
-        backend = HttpBackend(served.url, token="")
-        yield backend
-        backend.close()
-
-    # -- the server's clock: expiry is the caller's retention from the server's now --------
-
-    def test_set_then_get_round_trips_text_and_expiry(self, backend: HttpBackend) -> None:  # type: ignore[override]
-        backend.set(NS, "k", '{"a":[1,2]}', NOW + 5.5, NOW)
-        entry = backend.get(NS, "k")
-        assert entry is not None and entry.value == '{"a":[1,2]}'
-        assert entry.expires_at == pytest.approx(time.time() + 5.5, abs=1.5)
-        backend.set(NS, "never", "1", None, NOW)
-        assert backend.get(NS, "never") == Entry("1", None)
-
-    def test_set_overwrites(self, backend: HttpBackend) -> None:  # type: ignore[override]
-        backend.set(NS, "k", "1", NOW + 60, NOW)
-        backend.set(NS, "k", "2", None, NOW + 1)
-        got = backend.get(NS, "k")
-        assert got is not None and (got.value, got.expires_at) == ("2", None)
-        (row,) = backend.scan(NS)
-        assert row.updated_at == pytest.approx(time.time(), abs=5)  # the server's clock
-
-    def test_transact_writing_nothing_leaves_the_row(self, backend: HttpBackend) -> None:  # type: ignore[override]
-        backend.set(NS, "k", "1", NOW + 60, NOW)
-        before = backend.get(NS, "k")
-        assert backend.transact(NS, "k", lambda e: (None, e), NOW) == before
-        assert backend.get(NS, "k") == before
-        assert backend.transact(NS, "absent", lambda e: (None, "r"), NOW) == "r"
-        assert backend.get(NS, "absent") is None
-
-    def test_expired_rows_are_counted_and_deleted_in_batches(self, backend: HttpBackend) -> None:  # type: ignore[override]
-        """Replaced: an expired key is absent at once; the server's own store deletes it."""
-        backend.set(NS, "old", "1", NOW - 1, NOW)
-        backend.set(NS, "fresh", "1", NOW + 100, NOW)
-        assert backend.get(NS, "old") is None
-        assert [r.key for r in backend.scan(NS)] == ["fresh"]
-        assert backend.count_expired(NOW) == backend.delete_expired(NOW, 0) == 0
-
-    def test_delete_expired_unbatched_is_one_bounded_statement(self, backend: HttpBackend) -> None:  # type: ignore[override]
-        """Replaced: cleanup runs where the rows are (`taskstate cleanup` on the server)."""
-        assert backend.delete_expired(NOW, 0) == 0
-
-    # -- the writer comes from the credentials, not from the caller ------------------------
-
-    def test_the_writer_is_stored_with_each_write(  # type: ignore[override]
-        self, backend: HttpBackend, served: Server
-    ) -> None:
-        backend.set(NS, "k", "1", None, NOW, '{"kind":"task"}')
-        assert backend.get(NS, "k") == Entry("1", None)  # not reported back
-        stored = SQLiteBackend(f"sqlite:///{served.db}").get(NS, "k")
-        assert stored is not None and '"kind":"api"' in str(stored.updated_by)
-
-
 def test_a_store_over_http_behaves_like_a_local_one(served: Server) -> None:
     with StateStore(served.url, settings=Settings()) as store:
         state = store.task_state(TaskScope("d", "r", "t", 3))
@@ -178,45 +125,226 @@ def test_concurrent_updates_from_processes_lose_nothing(served: Server) -> None:
         assert store.task_state(TaskScope("d", "r", "t")).get("n") == 100
 
 
+def _store(url: str, **settings: object) -> StateStore:
+    return StateStore(url, settings=Settings(**settings), backend=HttpBackend(url, token="t"))
+
+
 def test_unreachable_server_is_a_bounded_typed_error() -> None:
-    backend = HttpBackend(f"http://127.0.0.1:{free_port()}/taskstate", token="", retry_window=1)
+    url = f"http://127.0.0.1:{free_port()}/taskstate"
+    store = StateStore(url, settings=Settings(), backend=HttpBackend(url, retry_window=1))
     started = time.monotonic()
     with pytest.raises(BackendUnavailableError, match=r"127\.0\.0\.1:\d+ is unavailable"):
-        backend.get(NS, "k")
+        store.task_state(T).get("k")
     assert 0.9 < time.monotonic() - started < 5  # the whole window, and not much more
 
 
-class _Flaky(http.server.BaseHTTPRequestHandler):
-    """Answers 503 to the first `failures` requests, then 404 (an absent key)."""
+def test_a_name_that_does_not_resolve_is_not_retried() -> None:
+    url = "http://taskstate.invalid/taskstate"
+    store = StateStore(url, settings=Settings(), backend=HttpBackend(url, retry_window=30))
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="does not resolve"):
+        store.task_state(T).get("k")
+    assert time.monotonic() - started < 15  # no 30 s of retrying
 
-    failures = 2
-    seen = 0
 
-    def do_GET(self) -> None:
-        type(self).seen += 1
-        self.send_response(503 if type(self).seen <= self.failures else 404)
-        self.send_header("Content-Length", "2")
+class _Fake(http.server.BaseHTTPRequestHandler):
+    """Answers from a script: `answers` (status, content type, body) in turn, the last one
+    for ever after; records each request's method, path and headers."""
+
+    answers: ClassVar[list[tuple[int, str, bytes, dict[str, str]]]] = []
+    seen: ClassVar[list[tuple[str, str, dict[str, str]]]] = []
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        self.rfile.read(length)
+        type(self).seen.append((self.command, self.path, dict(self.headers)))
+        answers = type(self).answers
+        status, kind, body, headers = answers.pop(0) if len(answers) > 1 else answers[0]
+        self.send_response(status)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        for name, value in headers.items():
+            self.send_header(name, value)
         self.end_headers()
-        self.wfile.write(b"{}")
+        self.wfile.write(body)
+
+    do_GET = do_PUT = do_DELETE = _answer
 
     def log_message(self, *args: object) -> None:
         pass
 
 
-def test_503_is_retried_with_backoff_then_answered() -> None:
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Flaky)
+@pytest.fixture
+def fake() -> Iterator[str]:
+    _Fake.seen = []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Fake)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_port}/taskstate"
+    httpd.shutdown()
+
+
+JSON = "application/json"
+ABSENT = (404, JSON, b'{"detail":"no"}', {"X-Taskstate-Error": "KeyNotFoundError"})
+
+
+def test_503_is_retried_with_backoff_then_answered(fake: str) -> None:
+    _Fake.answers = [(503, JSON, b"{}", {}), (503, JSON, b"{}", {}), ABSENT]
+    assert _store(fake).task_state(T).get("k", "absent") == "absent"
+    assert len(_Fake.seen) == 3
+
+
+def test_a_page_that_is_not_the_api_is_never_success(fake: str) -> None:
+    """Defect 3: an SSO page's 200 text/html is a ConfigError naming the URL, for reads and
+    writes alike (nothing reports success the server did not confirm)."""
+    _Fake.answers = [(200, "text/html", b"<html>sign in</html>", {})]
+    state = _store(fake).task_state(T)
+    for call in (lambda: state.set("k", 1), lambda: state.get("k"), state.keys):
+        with pytest.raises(ConfigError, match=r"127\.0\.0\.1.*200 text/html.*taskstate_url"):
+            call()
+
+
+def test_the_body_limit_and_the_size_rule_are_one_error(fake: str) -> None:
+    """Defect 10: 413 (the body limit) and a size 422 both raise ValueTooLargeError."""
+    too_large = b'{"detail":[{"loc":["body","value"],"msg":"too large","type":"value_error"}]}'
+    _Fake.answers = [
+        (413, JSON, b'{"detail":"over"}', {}),
+        (422, JSON, too_large, {"X-Taskstate-Error": "ValueTooLargeError"}),
+    ]
+    state = _store(fake, max_value_storage_bytes=0).task_state(T)
+    for _ in range(2):
+        with pytest.raises(ValueTooLargeError):
+            state.set("k", "x")
+
+
+def test_user_info_in_the_url_is_never_printed_nor_sent(fake: str) -> None:
+    """Defect 18: no password in repr/describe; the bearer token, not Basic auth, is sent."""
+    _Fake.answers = [ABSENT]
+    url = fake.replace("http://", "http://ops:hunter2@")
+    store = StateStore(url, settings=Settings(), backend=HttpBackend(url, token="tok"))
+    assert "hunter2" not in repr(store) and "hunter2" not in store.describe()
+    store.task_state(T).get("k")
+    ((_, _, headers),) = _Fake.seen
+    assert headers["Authorization"] == "Bearer tok"
+
+
+def test_a_wrong_base_path_raises_instead_of_reading_absent(served: Server) -> None:
+    """Defect 7: a 404 from no route is not "no such key" (a resumable job would resubmit)."""
+    wrong = _store(served.url.replace("/taskstate", "/wrong")).task_state(T)
+    with pytest.raises(ConfigError, match="taskstate_url"):
+        wrong.get("job_id")
+    right = _store(served.url).task_state(T)
+    assert right.get("job_id", "absent") == "absent"
+
+
+def test_the_server_stores_typed_errors_come_back_as_themselves(served: Server) -> None:
+    state = _store(served.url).task_state(T)
+    # Checked here first (no round trip) ...
+    with pytest.raises(InvalidKeyError):
+        state.set("k" * 600, 1)
+    # ... and by the server's store: the same class either way.
+    wire = StateStore(served.url, settings=Settings(), backend=HttpBackend(served.url, token=""))
+    response = wire.backend.http.client().put(  # type: ignore[attr-defined]
+        served.url + "/api/v2/assets/state-store/k?name=a", json={"value": None}
+    )
+    assert response.status_code == 422
+    assert response.headers["X-Taskstate-Error"] == "InvalidValueError"
+
+
+@pytest.mark.parametrize("ids", [(".", "..", "."), ("d", "r", ".")])
+def test_dot_ids_are_ids_not_path_steps(served: Server, ids: tuple[str, str, str]) -> None:
+    """Defect 6: task `.` key `state-store/x` must not land in task `state-store`'s key `x`."""
+    store = _store(served.url)
+    store.task_state(TaskScope(*ids)).set("state-store/x", 1)
+    assert store.task_state(TaskScope(*ids)).get("state-store/x") == 1
+    assert store.task_state(TaskScope(ids[0], ids[1], "state-store")).keys() == []
+
+
+def test_offloading_on_an_http_worker_is_refused_at_configuration(served: Server) -> None:
+    """Defect 22: the server's store decides where values live."""
+    with pytest.raises(ConfigError, match=r"state_store_backend.*HTTP"):
+        StateStore(
+            served.url,
+            settings=Settings(worker_backend="taskstate.backends.offload.OffloadBackend"),
+            backend=HttpBackend(served.url, token=""),
+            worker_backend=OffloadBackend.__new__(OffloadBackend),
+        )
+
+
+def test_database_only_operations_say_where_to_run(served: Server) -> None:
+    """`cleanup`, `db migrate` and `import` over HTTP raise instead of reporting 0;
+    `clear_task`, `entries` and `scopes` have routes."""
+    store = _store(served.url)
+    for call in (
+        store.cleanup,
+        store.migrate,
+        lambda: store.import_entries([(T, "k", 1, None, None, None)]),
+    ):
+        with pytest.raises(ConfigError, match="where the database is"):
+            call()
+    for index in (-1, 2):
+        store.task_state(TaskScope("d", "r", "t", index)).set("k", index)
+    assert [(s, e.value) for s, e in store.entries()] == [
+        (TaskScope("d", "r", "t", -1), -1),
+        (TaskScope("d", "r", "t", 2), 2),
+    ]
+    assert store.clear_task("d", "r", "t") == 2
+    assert list(store.scopes()) == []
+
+
+def test_async_twins_use_their_own_connections(served: Server) -> None:
+    state = _store(served.url).task_state(T)
+
+    async def run() -> tuple[object, object]:
+        await state.aset("a", [1])
+        got = await state.aget("a")
+        await state.adelete("a")
+        return got, await state.aget("a", "gone")
+
+    assert asyncio.run(run()) == ([1], "gone")
+
+
+class _LoseOneAnswer(http.server.BaseHTTPRequestHandler):
+    """A proxy to the real server that forwards the first conditional PUT and then drops the
+    connection without answering: the write landed, its answer was lost."""
+
+    target = ""
+    dropped = 0
+
+    def _forward(self) -> None:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        answer = httpx.request(self.command, self.target + self.path, content=body, headers=headers)
+        if self.command == "PUT" and "X-Taskstate-Write-Id" in self.headers and not self.dropped:
+            type(self).dropped += 1
+            self.connection.close()  # the write landed; its answer never arrives
+            return
+        self.send_response(answer.status_code)
+        for name, value in answer.headers.items():
+            if name.lower() not in ("transfer-encoding", "connection", "date", "server"):
+                self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(answer.content)
+
+    do_GET = do_PUT = do_DELETE = _forward
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_lost_answer_to_an_update_does_not_apply_it_twice(served: Server) -> None:
+    """The write id resolves the unknown outcome: fn's result once, the value once."""
+    _LoseOneAnswer.target = served.url.rsplit("/taskstate", 1)[0]
+    _LoseOneAnswer.dropped = 0
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LoseOneAnswer)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        backend = HttpBackend(f"http://127.0.0.1:{httpd.server_port}/taskstate", token="")
-        assert backend.get(NS, "k") is None
-        assert _Flaky.seen == 3
+        state = _store(f"http://127.0.0.1:{httpd.server_port}/taskstate").task_state(T)
+        state.set("n", 1)
+        assert state.update("n", lambda v: v + 1) == 2
+        assert _LoseOneAnswer.dropped == 1
+        assert state.get("n") == 2
     finally:
         httpd.shutdown()
-
-
-def test_bad_url_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match=r"http\(s\)://host\[:port\]/taskstate"):
-        HttpBackend("http:///taskstate")
 
 
 def test_pool_token_from_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -14,7 +14,7 @@ from taskstate.backends import sqlite as sqlite_backend
 from taskstate.backends.base import Entry
 from taskstate.backends.sqlite import SQLiteBackend, path_from_url
 from taskstate.errors import BackendBusyError, BackendError, ConfigError
-from taskstate.testing.contract import NOW, BackendContract
+from taskstate.testing.contract import NOW, BackendContract, untimed
 
 
 class TestSQLiteContract(BackendContract):
@@ -31,7 +31,7 @@ def test_file_is_created_on_first_use_in_wal_mode(tmp_path: Path) -> None:
     assert not path.exists()
     backend.set("ns", "k", "1", None, NOW)
     assert path.exists()
-    assert backend.get("ns", "k") == Entry("1", None)
+    assert untimed(backend.get("ns", "k")) == Entry("1", None)
     mode = backend._conn().execute("PRAGMA journal_mode").fetchone()[0]
     assert mode == "wal"
 
@@ -39,7 +39,7 @@ def test_file_is_created_on_first_use_in_wal_mode(tmp_path: Path) -> None:
 def test_a_second_process_view_sees_committed_writes(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path}/state.db"
     SQLiteBackend(url).set("ns", "k", "1", None, NOW)
-    assert SQLiteBackend(url).get("ns", "k") == Entry("1", None)
+    assert untimed(SQLiteBackend(url).get("ns", "k")) == Entry("1", None)
 
 
 @pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "postgresql:///x.db", "state.db"])
@@ -59,7 +59,7 @@ def test_newer_schema_is_used_but_not_migrated(tmp_path: Path) -> None:
     backend._conn().execute("PRAGMA user_version = 99")
     newer = SQLiteBackend(url)
     newer.set("ns", "k", "1", None, NOW)  # a rolling upgrade keeps old workers writing
-    assert newer.get("ns", "k") == Entry("1", None)
+    assert untimed(newer.get("ns", "k")) == Entry("1", None)
     with pytest.raises(BackendError, match="upgrade taskstate"):
         newer.migrate()
 
@@ -99,7 +99,7 @@ def test_a_version_1_file_is_migrated_keeping_its_rows(tmp_path: Path) -> None:
     conn.commit()
     conn.close()
     backend = SQLiteBackend(f"sqlite:///{path}")
-    assert backend.get("ns", "k") == Entry("1", None, None)
+    assert untimed(backend.get("ns", "k")) == Entry("1", None, None)
     assert backend.schema_status().up_to_date
 
 
@@ -117,7 +117,7 @@ def test_a_fresh_reader_does_not_wait_for_a_writer(tmp_path: Path) -> None:
     try:
         started = time.monotonic()
         reader = SQLiteBackend(url, busy_timeout_s=5)
-        assert reader.get("ns", "k") == Entry("1", None)
+        assert untimed(reader.get("ns", "k")) == Entry("1", None)
         assert reader.schema_status().up_to_date
         assert time.monotonic() - started < 1.0
     finally:
@@ -139,7 +139,7 @@ def test_a_busy_timeout_is_a_typed_error_naming_the_file(tmp_path: Path) -> None
             with pytest.raises(BackendBusyError, match=str(path)) as caught:
                 write()
             assert isinstance(caught.value, TimeoutError)
-        assert backend.get("ns", "k") == Entry("1", None)  # reads still go through
+        assert untimed(backend.get("ns", "k")) == Entry("1", None)  # reads still go through
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -156,7 +156,7 @@ def test_a_failing_transaction_rolls_back_and_the_connection_stays_usable(tmp_pa
 
     with pytest.raises(KeyError):
         backend.transact("ns", "k", write_then_fail, NOW)
-    assert backend.get("ns", "k") == Entry("1", None)
+    assert untimed(backend.get("ns", "k")) == Entry("1", None)
     assert not backend._conn().in_transaction
 
 

@@ -422,3 +422,57 @@ def test_an_installed_airflow_3_3_is_a_3_3_target_for_ts507(project: Path) -> No
     data = json.loads(out.stdout)
     assert data["airflow_version"] == {"version": "3.3", "source": "installed"}
     assert codes_from_json(out.stdout) == ["4 TS507"]
+
+
+@pytest.mark.parametrize(
+    "flag", [["--select", "XX9"], ["--select", "TS1,TS19"], ["--ignore", "T5"]]
+)
+def test_an_unknown_code_on_the_command_line_is_a_usage_error(
+    project: Path, flag: list[str]
+) -> None:
+    """Issue 30.6: `--select XX9` printed "No findings" and exited 0 (the linter silently off)."""
+    write(project / "bad.py", STATEFUL)
+    code, out = run(*flag, "bad.py", cwd=project)
+    assert code == 2, out
+    assert "unknown rule code" in out and flag[1].split(",")[-1] in out
+    assert "No findings" not in out
+
+
+def test_an_unknown_code_in_pyproject_is_a_usage_error(project: Path) -> None:
+    write(project / "bad.py", STATEFUL)
+    write(
+        project / "pyproject.toml",
+        '[tool.taskstate.lint]\nselect = ["TS1"]\n'
+        '[tool.taskstate.lint.per-file-ignores]\n"tests/**" = ["TS6O1"]\n',
+    )
+    code, out = run("bad.py", cwd=project)
+    assert code == 2 and "per-file-ignores.tests/**" in out and "TS6O1" in out, out
+    write(project / "pyproject.toml", '[tool.taskstate.lint]\nselect = ["XX9"]\n')
+    code, out = run("bad.py", cwd=project)
+    assert code == 2 and "select: unknown rule code(s) XX9" in out, out
+    write(project / "pyproject.toml", '[tool.taskstate.lint]\nignore = ["ALL"]\n')
+    assert run("bad.py", cwd=project)[0] == 0  # ALL is a known selector
+
+
+def test_diff_alone_on_stdout_pipes_into_git_apply(project: Path) -> None:
+    """Issue 30.6: the report was printed on stdout after the diff, so `git apply` choked."""
+    subprocess.run(["git", "init", "-q", str(project)], check=True)
+    path = write(project / "dag.py", UTCNOW)
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskstate", "lint", "--diff", "--no-color", "dag.py"],
+        cwd=project,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "NO_COLOR": "1"},
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.startswith("--- a/dag.py\n"), proc.stdout
+    assert "TS601" in proc.stderr and "TS601" not in proc.stdout  # the report: on stderr
+    applied = subprocess.run(
+        ["git", "apply", "-"], cwd=project, input=proc.stdout, text=True, capture_output=True
+    )
+    assert applied.returncode == 0, applied.stderr
+    assert "datetime.now(tz=timezone.utc)" in path.read_text()
+    code, _ = run("--select", "TS601", "dag.py", cwd=project)
+    assert code == 0

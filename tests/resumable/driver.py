@@ -118,13 +118,19 @@ class _Probe:
 
 
 class _ProbedStore(TaskStateStore):
-    """A real TaskStateStore that stops at `before_persist`: just before the first write that
-    carries the job id (ours: the completed intent; Airflow 3.3.2: the id itself)."""
+    """A real task accessor (the store's own class: local or over HTTP) that stops at
+    `before_persist`: just before the first write that carries the job id (ours: the completed
+    intent; Airflow 3.3.2: the id itself)."""
 
-    def __init__(self, store: StateStore, scope: TaskScope, probe: _Probe, op: ResumableJobMixin):
-        super().__init__(store, scope)
-        self._probe = probe
-        self._op = op
+    _probe: _Probe
+    _op: ResumableJobMixin
+
+    @staticmethod
+    def of(store: StateStore, scope: TaskScope, probe: _Probe, op: ResumableJobMixin) -> Any:
+        cls = type("ProbedStore", (_ProbedStore, type(store.task_state(scope))), {})
+        accessor = cls(store, scope)
+        accessor._probe, accessor._op = probe, op
+        return accessor
 
     def set(self, key: str, value: Any, *, retention: Any = None) -> None:
         carries_id = key == self._op.external_id_key or (
@@ -306,7 +312,7 @@ def _child(
     elif phase != "execute":
         kind = DeferrableCrashOperator
     op = kind(jobs, scope.run_id, system, probe, run_for=env.run_for, fail_first=fail_first)
-    context = {"task_state_store": _ProbedStore(store, scope, probe, op)}
+    context = {"task_state_store": _ProbedStore.of(store, scope, probe, op)}
     probe.hit("start")
     try:
         if phase == "execute":

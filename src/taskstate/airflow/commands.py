@@ -9,11 +9,13 @@ from typing import Any
 import click
 
 from taskstate.airflow.versions import airflow_version, native_store_available
+from taskstate.cli import HelpGroup
 from taskstate.store import StateStore
 
 
-def _store() -> StateStore:
-    store: StateStore = click.get_current_context().find_root().obj.store
+def _store(*, create: bool = False) -> StateStore:
+    """The `--url` store; `create` for a command that writes into it (see taskstate.cli)."""
+    store: StateStore = click.get_current_context().find_root().obj.open(create=create)
     return store
 
 
@@ -131,7 +133,7 @@ def clean_airflow_offload(*, dry_run: bool, as_json: bool) -> None:
     )
 
 
-@click.group()
+@click.group(cls=HelpGroup)
 def variables() -> None:
     """Move state out of Airflow Variables."""
 
@@ -168,6 +170,11 @@ def variables_migrate(
     """
     from taskstate.airflow import variables as moves
 
+    if airflow_version() is None:
+        raise click.ClickException(
+            "this command reads an Airflow Variable, but Airflow is not installed here; run it "
+            "where Airflow and its metadata database are reachable (e.g. on the scheduler)"
+        )
     task_fields = (dag_id, run_id, task_id)
     if (to_asset is None) == all(f is None for f in task_fields):
         raise click.UsageError("give either --to-asset, or --dag-id --run-id --task-id")
@@ -176,7 +183,7 @@ def variables_migrate(
     target = moves.target(to_asset, dag_id, run_id, task_id, map_index)
     raw = moves.read_variable(variable_key)
     value = moves.state_value(variable_key, raw, as_text=text)
-    destination = moves.destination(_store)
+    destination = moves.destination(lambda: _store(create=True))
     where = destination.describe(target, key)
     current = destination.get(target, key)
     if current is not None and not moves.same(current, value):

@@ -18,6 +18,7 @@ from taskstate.errors import TaskStateError
 from taskstate.scope import AssetScope, TaskScope
 from taskstate.store import StateStore
 from taskstate.values import NEVER_EXPIRE, encode_value
+from taskstate.writers import cli_writer
 
 Target = TaskScope | AssetScope
 
@@ -97,9 +98,10 @@ class TaskstateDestination:
 
     def set(self, scope: Target, key: str, value: Any) -> None:
         if isinstance(scope, AssetScope):
-            self.store.asset_state(scope).set(key, value)
+            self.store.asset_state(scope, writer=cli_writer()).set(key, value)
         else:
-            self.store.task_state(scope).set(key, value, retention=NEVER_EXPIRE)
+            state = self.store.task_state(scope, writer=cli_writer())
+            state.set(key, value, retention=NEVER_EXPIRE)
 
 
 class NativeDestination:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Annotated, Any, NoReturn
 
 from fastapi import Depends, HTTPException, Query, Request, Response, status
@@ -17,6 +16,7 @@ from taskstate.errors import KeyNotFoundError
 from taskstate.scope import AssetScope
 from taskstate.settings import airflow_option
 from taskstate.store import StateStore, StoredEntry
+from taskstate.wire import quoted
 
 DEFAULT_PAGE_LIMIT = 50
 
@@ -89,38 +89,13 @@ def json_response(
     return Response(text, status_code, headers, media_type="application/json")
 
 
-def iso(epoch: float | None) -> str | None:
-    """The datetime format pydantic (and so Airflow's API) writes: UTC with a `Z`."""
-    if epoch is None:
-        return None
-    return datetime.fromtimestamp(epoch, tz=timezone.utc).isoformat().replace("+00:00", "Z")
-
-
-def task_entry(entry: StoredEntry) -> dict[str, Any]:
-    return {
-        "key": entry.key,
-        "value": entry.value,
-        "updated_at": iso(entry.updated_at),
-        "expires_at": iso(entry.expires_at),
-        "last_updated_by": entry.updated_by,
-    }
-
-
-def asset_entry(entry: StoredEntry) -> dict[str, Any]:
-    return {
-        "key": entry.key,
-        "value": entry.value,
-        "updated_at": iso(entry.updated_at),
-        "last_updated_by": entry.updated_by,
-    }
-
-
-def api_writer(principal: Principal) -> dict[str, Any]:
-    return {"kind": "api", "subject": principal.subject}
-
-
-def quoted(etag: str) -> str:
-    return f'"{etag}"'
+def api_writer(principal: Principal, write_id: str | None = None) -> dict[str, Any]:
+    """Who writes: the caller, and the client's id of this write when it sent one (a client
+    whose response was lost reads the key back and finds its own write by it)."""
+    writer: dict[str, Any] = {"kind": "api", "subject": principal.subject}
+    if write_id:
+        writer["write_id"] = write_id[:64]
+    return writer
 
 
 def _tags(header: str) -> list[str]:
@@ -173,8 +148,8 @@ def entry_response(
     """A GET of one key: its body with the `ETag`, 304 when the client's copy is current, 404
     (`missing`) when the key is absent or expired."""
     entry = accessor.entry(key)
-    if entry is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, missing)
+    if entry is None:  # typed, so the client tells "no such key" from "no such route"
+        raise KeyNotFoundError(missing)
     headers = {"ETag": quoted(entry.etag)}
     if not_modified(if_none_match, entry.etag):
         return Response(status_code=304, headers=headers)

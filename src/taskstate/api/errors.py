@@ -1,8 +1,10 @@
 """taskstate errors → HTTP statuses, in FastAPI's shapes.
 
-A bad value or key is 422 `{"detail": [{"loc", "msg", "type"}]}` (what FastAPI answers for a
-malformed body), with the Python error's message in `msg`, so an HTTP caller reads the same
-advice as a Python caller. Every other error is `{"detail": "<message>"}`.
+The table (which error, which status) is `taskstate.wire.ERRORS`, shared with the client; each
+answer names the error's class in `X-Taskstate-Error`. A bad value or key is 422
+`{"detail": [{"loc", "msg", "type"}]}` (what FastAPI answers for a malformed body), with the
+Python error's message in `msg`, so an HTTP caller reads the same advice as a Python caller.
+Every other error is `{"detail": "<message>"}`.
 """
 
 from __future__ import annotations
@@ -10,44 +12,22 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import FastAPI, Request, status
+from fastapi import FastAPI, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 
-from taskstate.errors import (
-    BackendUnavailableError,
-    InvalidKeyError,
-    InvalidRetentionError,
-    InvalidScopeError,
-    InvalidTokenError,
-    InvalidValueError,
-    KeyNotFoundError,
-    PreconditionFailedError,
-    TaskStateError,
-    UnsupportedValueTypeError,
-)
-
-# Where in the request each kind of bad input came from (FastAPI's `loc`).
-_INPUT_ERRORS: tuple[tuple[type[TaskStateError], tuple[str, ...]], ...] = (
-    (InvalidKeyError, ("path", "key")),
-    (InvalidScopeError, ("path",)),
-    (InvalidRetentionError, ("body", "expires_at")),
-    (InvalidValueError, ("body", "value")),
-    (UnsupportedValueTypeError, ("body", "value")),
-)
-_STATUS: tuple[tuple[type[TaskStateError], int], ...] = (
-    (KeyNotFoundError, status.HTTP_404_NOT_FOUND),
-    (PreconditionFailedError, status.HTTP_412_PRECONDITION_FAILED),
-    (InvalidTokenError, status.HTTP_401_UNAUTHORIZED),
-    (BackendUnavailableError, status.HTTP_503_SERVICE_UNAVAILABLE),
-)
+from taskstate.errors import TaskStateError
+from taskstate.wire import error_headers, error_status
 
 
-def _unprocessable(loc: tuple[str, ...], message: str) -> JSONResponse:
+def _unprocessable(
+    loc: tuple[str, ...], message: str, headers: dict[str, str] | None = None
+) -> JSONResponse:
     return JSONResponse(
         {"detail": [{"loc": list(loc), "msg": message, "type": "value_error"}]},
         status_code=422,
+        headers=headers,
     )
 
 
@@ -56,13 +36,13 @@ def _message(exc: BaseException) -> str:
 
 
 async def _taskstate_error(request: Request, exc: Exception) -> JSONResponse:
-    for kind, loc in _INPUT_ERRORS:
-        if isinstance(exc, kind):
-            return _unprocessable(loc, _message(exc))
-    for kind, code in _STATUS:
-        if isinstance(exc, kind):
-            return JSONResponse({"detail": _message(exc)}, status_code=code)
-    return JSONResponse({"detail": _message(exc)}, status_code=500)
+    """The status and header of `taskstate.wire.ERRORS`; bad input in FastAPI's 422 shape."""
+    assert isinstance(exc, TaskStateError)
+    code, loc = error_status(exc)
+    headers = error_headers(exc)
+    if loc is not None:
+        return _unprocessable(loc, _message(exc), headers)
+    return JSONResponse({"detail": _message(exc)}, status_code=code, headers=headers)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:

@@ -19,10 +19,14 @@ class _Body(BaseModel):
 
 class TaskStateBody(_Body):
     """PUT: `expires_at` is `"default"` (`[state_store] default_retention_days`), `null`
-    (never) or an aware datetime."""
+    (never) or an aware datetime; or `expires_in`, seconds from the server's clock (what the
+    Python client sends, so a worker's clock never decides an expiry)."""
 
     value: Any = Field(description="Any JSON value except null.")
     expires_at: AwareDatetime | Literal["default"] | None = "default"
+    expires_in: float | None = Field(
+        default=None, ge=0, description="Seconds from the server's now (not with expires_at)."
+    )
 
 
 class PatchBody(_Body):
@@ -44,6 +48,9 @@ class LastUpdatedBy(BaseModel):
     task_id: str | None = None
     map_index: int | None = None
     subject: str | None = None
+    write_id: str | None = Field(
+        default=None, description="The writer's id of this write (`X-Taskstate-Write-Id`)."
+    )
 
 
 class TaskStateEntry(BaseModel):
@@ -73,7 +80,9 @@ class AssetStateCollection(BaseModel):
 
 class DagSummary(BaseModel):
     dag_id: str
-    keys: int = Field(description="Live keys across every run, task and map index.")
+    keys: int = Field(
+        description="Live keys across every run, task and map index (10001: more than 10,000)."
+    )
 
 
 class DagCollection(BaseModel):

@@ -19,7 +19,6 @@ from taskstate.api.context import (
     Limit,
     Offset,
     api_writer,
-    asset_entry,
     entry_response,
     page_response,
     put_response,
@@ -27,6 +26,7 @@ from taskstate.api.context import (
 )
 from taskstate.errors import InvalidScopeError
 from taskstate.scope import AssetScope
+from taskstate.wire import asset_entry
 
 ScopeFactory = Callable[[Method], Callable[..., AssetScope]]
 _NOT_FOUND: dict[int | str, dict[str, Any]] = {404: {"description": "Not found"}}
@@ -111,9 +111,11 @@ def _router(prefix: str, scope: ScopeFactory) -> APIRouter:
         ctx: Ctx,
         if_match: Annotated[str | None, Header()] = None,
         if_none_match: Annotated[str | None, Header()] = None,
+        x_taskstate_write_id: Annotated[str | None, Header()] = None,
     ) -> Response:
         """Create or overwrite a key (conditional with `If-Match` / `If-None-Match: *`)."""
-        accessor = ctx.store.asset_state(asset, writer=api_writer(principal))
+        writer = api_writer(principal, x_taskstate_write_id)
+        accessor = ctx.store.asset_state(asset, writer=writer)
         return put_response(accessor, key, body.value, if_match, if_none_match)
 
     @router.delete(

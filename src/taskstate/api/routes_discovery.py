@@ -1,49 +1,50 @@
 """Discovery for the UI and scripts: which DAGs, runs, task instances and assets hold state.
 
-Each listing shows only what the caller may read, and is paged like the state listings.
+Each listing shows only what the caller may read, and is paged like the state listings; the
+store answers with indexed queries (`taskstate.discovery`). Key counts stop past 10,000
+(`keys` 10001 reads "10000+").
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Hashable, Iterable
-from typing import TypeVar
+from collections.abc import Callable
 
 from fastapi import APIRouter, Response
 
 from taskstate.api import models
+from taskstate.api.auth import Principal, TokenPrincipal
 from taskstate.api.context import Caller, Ctx, Limit, Offset, json_response, page_bounds
-from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, task_prefix
+from taskstate.discovery import EVERYTHING, MayTask, Reach
+from taskstate.scope import AssetScope
 
 router = APIRouter(prefix="/api/v2", tags=["Discovery"])
-K = TypeVar("K", bound=Hashable)
 
 
-def _page(
-    counts: Iterable[tuple[K, int]], limit: int, offset: int
-) -> tuple[list[tuple[K, int]], int]:
-    rows = sorted(counts, key=lambda row: row[0])  # type: ignore[arg-type, return-value]
-    return rows[offset : offset + limit], len(rows)
+def _reach(principal: Principal) -> Reach:
+    """What the database can narrow for this caller: a token's globs and pins."""
+    if isinstance(principal, TokenPrincipal) and not principal.claims.admin:
+        c = principal.claims
+        return Reach(c.dag_ids, c.run_id, c.task_id, c.map_index)
+    return EVERYTHING
 
 
-def _readable_tasks(ctx: Ctx, principal: Caller, prefix: str) -> Iterable[tuple[TaskScope, int]]:
-    for scope, keys in ctx.store.scopes(prefix):
-        if isinstance(scope, TaskScope) and principal.may_task(
-            scope.dag_id, scope.run_id, scope.task_id, scope.map_index, "GET"
-        ):
-            yield scope, keys
+def _may_task(principal: Principal) -> MayTask:
+    return lambda dag, run, task, index: principal.may_task(dag, run, task, index, "GET")
+
+
+def _may_asset(principal: Principal) -> Callable[[AssetScope], bool]:
+    return lambda asset: principal.may_asset(asset, "GET")
 
 
 @router.get("/dags", response_model=models.DagCollection)
 def list_dags(ctx: Ctx, principal: Caller, limit: Limit = 50, offset: Offset = 0) -> Response:
     """DAG ids with task state, and their live key counts."""
     limit, offset = page_bounds(ctx, limit, offset)
-    counts: Counter[str] = Counter()
-    for scope, keys in _readable_tasks(ctx, principal, ""):
-        counts[scope.dag_id] += keys
-    rows, total = _page(counts.items(), limit, offset)
-    dags = [{"dag_id": dag_id, "keys": keys} for dag_id, keys in rows]
-    return json_response({"dags": dags, "total_entries": total})
+    page = ctx.store.discovery().dags(
+        reach=_reach(principal), may_task=_may_task(principal), limit=limit, offset=offset
+    )
+    dags = [{"dag_id": dag_id, "keys": keys} for dag_id, keys in page.items]
+    return json_response({"dags": dags, "total_entries": page.total})
 
 
 @router.get("/dags/{dag_id}/dagRuns", response_model=models.DagRunCollection)
@@ -52,12 +53,11 @@ def list_dag_runs(
 ) -> Response:
     """Run ids of one DAG with task state."""
     limit, offset = page_bounds(ctx, limit, offset)
-    counts: Counter[str] = Counter()
-    for scope, keys in _readable_tasks(ctx, principal, task_prefix(dag_id)):
-        counts[scope.run_id] += keys
-    rows, total = _page(counts.items(), limit, offset)
-    runs = [{"dag_run_id": run_id, "keys": keys} for run_id, keys in rows]
-    return json_response({"dag_runs": runs, "total_entries": total})
+    page = ctx.store.discovery().runs(
+        dag_id, reach=_reach(principal), may_task=_may_task(principal), limit=limit, offset=offset
+    )
+    runs = [{"dag_run_id": run_id, "keys": keys} for run_id, keys in page.items]
+    return json_response({"dag_runs": runs, "total_entries": page.total})
 
 
 @router.get(
@@ -74,21 +74,22 @@ def list_task_instances(
 ) -> Response:
     """Task ids and map indices of one run with task state."""
     limit, offset = page_bounds(ctx, limit, offset)
-    found = _readable_tasks(ctx, principal, task_prefix(dag_id, dag_run_id))
-    rows, total = _page((((s.task_id, s.map_index), k) for s, k in found), limit, offset)
-    items = [{"task_id": t, "map_index": i, "keys": keys} for (t, i), keys in rows]
-    return json_response({"task_instances": items, "total_entries": total})
+    page = ctx.store.discovery().task_instances(
+        dag_id,
+        dag_run_id,
+        reach=_reach(principal),
+        may_task=_may_task(principal),
+        limit=limit,
+        offset=offset,
+    )
+    items = [{"task_id": t, "map_index": i, "keys": keys} for t, i, keys in page.items]
+    return json_response({"task_instances": items, "total_entries": page.total})
 
 
 @router.get("/assets", response_model=models.AssetCollection)
 def list_assets(ctx: Ctx, principal: Caller, limit: Limit = 50, offset: Offset = 0) -> Response:
     """Assets with state (by identity: the name, else the uri)."""
     limit, offset = page_bounds(ctx, limit, offset)
-    found = (
-        (scope.identity, keys)
-        for scope, keys in ctx.store.scopes(ASSET_PREFIX)
-        if isinstance(scope, AssetScope) and principal.may_asset(scope, "GET")
-    )
-    rows, total = _page(found, limit, offset)
-    assets = [{"name": name, "keys": keys} for name, keys in rows]
-    return json_response({"assets": assets, "total_entries": total})
+    page = ctx.store.discovery().assets(may_asset=_may_asset(principal), limit=limit, offset=offset)
+    assets = [{"name": name, "keys": keys} for name, keys in page.items]
+    return json_response({"assets": assets, "total_entries": page.total})

@@ -24,13 +24,14 @@ from taskstate.api.context import (
     json_response,
     page_response,
     put_response,
-    quoted,
-    task_entry,
+    unprocessable,
     write_conditions,
 )
 from taskstate.errors import KeyNotFoundError
 from taskstate.scope import TaskScope
 from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
+from taskstate.stored import Expiry
+from taskstate.wire import quoted, task_entry
 
 router = APIRouter(
     prefix="/api/v2/dags/{dag_id}/dagRuns/{dag_run_id}/taskInstances/{task_id}/state-store",
@@ -134,13 +135,24 @@ def set_task_state(
     ctx: Ctx,
     if_match: Annotated[str | None, Header()] = None,
     if_none_match: Annotated[str | None, Header()] = None,
+    x_taskstate_write_id: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Create or overwrite a key. `If-Match: <etag>` writes only over that version;
     `If-None-Match: *` creates only."""
+    accessor = ctx.store.task_state(scope, writer=api_writer(principal, x_taskstate_write_id))
+    return put_response(
+        accessor, key, body.value, if_match, if_none_match, expires_at=_expiry(body, ctx)
+    )
+
+
+def _expiry(body: models.TaskStateBody, ctx: Ctx) -> float | Expiry | None:
+    """`expires_in` counts from the server's clock; `expires_at` is an instant."""
     when = body.expires_at
-    expires = DEFAULT_EXPIRY if when == "default" else None if when is None else when.timestamp()
-    accessor = ctx.store.task_state(scope, writer=api_writer(principal))
-    return put_response(accessor, key, body.value, if_match, if_none_match, expires_at=expires)
+    if body.expires_in is not None:
+        if when != "default":
+            unprocessable(("body", "expires_in"), "give expires_at or expires_in, not both")
+        return ctx.store.clock() + body.expires_in
+    return DEFAULT_EXPIRY if when == "default" else None if when is None else when.timestamp()
 
 
 @router.patch("/{key:path}", response_model=None, responses=_NOT_FOUND)

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict
 
 from taskstate.api.auth import require_task
 from taskstate.api.context import Caller, Ctx, json_response
+from taskstate.errors import KeyNotFoundError
 from taskstate.scope import TaskScope
 
 router = APIRouter(
@@ -46,7 +47,7 @@ def _scope(method: str) -> Any:
 def get_marker(scope: Annotated[TaskScope, Depends(_scope("GET"))], key: str, ctx: Ctx) -> Response:
     value = ctx.store.meta(scope).get(key)
     if value is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, f"no marker {key!r}")
+        raise KeyNotFoundError(f"no marker {key!r}")  # typed: "no such key", not "no route"
     return json_response({"key": key, "value": value, "expires_at": None})
 
 

@@ -35,7 +35,9 @@ def resolve_url(settings: Settings) -> str:
     return "sqlite:///" + str(default_sqlite_path())
 
 
-def open_backend(url: str | None, settings: Settings) -> StateBackend:
+def open_backend(url: str | None, settings: Settings, *, create: bool = True) -> StateBackend:
+    """`create=False`: a missing SQLite file is an error, not a new database (the only
+    backend whose storage a connection creates)."""
     if url is None and not settings.uses_builtin_backend:
         custom: StateBackend = _load_class(
             settings.backend or "", StateBackend, "[state_store] backend", settings
@@ -59,7 +61,9 @@ def open_backend(url: str | None, settings: Settings) -> StateBackend:
             f"{scheme} URLs need the {exc.name} package, which is not installed here: "
             f"pip install 'taskstate[{extra}]'"
         ) from None
-    backend: StateBackend = backend_cls(url)
+    backend: StateBackend = (
+        backend_cls(url, create=create) if scheme == "sqlite" else backend_cls(url)
+    )
     return backend
 
 

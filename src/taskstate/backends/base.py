@@ -9,6 +9,8 @@ interprets, so "an expired key reads as absent" is one rule in one place (`tasks
 from __future__ import annotations
 
 import asyncio
+import itertools
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -16,17 +18,23 @@ from typing import NamedTuple, TypeVar
 
 from taskstate.errors import BackendError
 from taskstate.redaction import redact_url
+from taskstate.scope import SEP
 
 T = TypeVar("T")
 
 
 class Entry(NamedTuple):
     """A stored value as the store sees it. `updated_by` is the writer, as compact JSON text
-    (`{"kind": "task", ...}` / `{"kind": "api", "subject": ...}`), or None when unknown."""
+    (`{"kind": "task", ...}` / `{"kind": "api", "subject": ...}`), or None when unknown.
+
+    `updated_at` comes back from `get` and `transact` (so `entry(key)` is one read); it is
+    ignored in an entry handed to the backend to write, which stamps its own `now`. None from
+    a backend that does not know it (the store then falls back to a scan of the scope)."""
 
     value: str
     expires_at: float | None
     updated_by: str | None = None
+    updated_at: float | None = None
 
 
 class Row(NamedTuple):
@@ -136,6 +144,61 @@ class StateBackend(ABC):
             "`taskstate import` cannot promise all or nothing; import into a built-in backend"
         )
 
+    # -- listings and discovery ----------------------------------------------------------------
+    # The built-in backends answer each with indexed SQL (one statement; `groups` a recursive
+    # skip over the namespace index, one seek per distinct field). These defaults, built on
+    # `scan`, keep third-party backends working at the cost of reading every row under the
+    # prefix. "Live" is `taskstate.stored.is_live`: expires_at None or after `now`.
+
+    def rows(
+        self, namespace: str, now: float, *, key_prefix: str = "", limit: int = -1, offset: int = 0
+    ) -> list[Row]:
+        """Live rows of exactly `namespace` whose key starts with `key_prefix`, in key order:
+        `limit` of them (-1: all) from `offset`."""
+        found = (
+            row
+            for row in self.scan(namespace)
+            if row.namespace == namespace and row.key.startswith(key_prefix) and _live(row, now)
+        )
+        return list(itertools.islice(found, offset, None if limit < 0 else offset + limit))
+
+    def count(
+        self,
+        prefix: str,
+        now: float,
+        *,
+        exact: bool = False,
+        key_prefix: str = "",
+        cap: int | None = None,
+    ) -> int:
+        """How many live rows the namespaces starting with `prefix` hold (`exact`: namespace
+        `prefix` only, keys starting with `key_prefix`); counting stops at `cap`."""
+        found = (
+            row
+            for row in self.scan(prefix)
+            if (not exact or row.namespace == prefix)
+            and row.key.startswith(key_prefix)
+            and _live(row, now)
+        )
+        return sum(1 for _ in itertools.islice(found, cap))
+
+    def groups(
+        self, prefix: str, now: float, *, whole: bool = False, start: str = "", like: str = ""
+    ) -> list[str]:
+        """The distinct fields that follow `prefix` in namespaces holding live rows, ascending:
+        the text up to the next field separator, or (`whole`) the rest of the namespace. Only
+        fields starting with `start`, and (when given) matching the SQL LIKE pattern `like`
+        (escape character `\\`)."""
+        match = like_matcher(like) if like else None
+        found: list[str] = []
+        for row in self.scan(prefix + start):
+            if not _live(row, now):
+                continue
+            field = group_of(row.namespace, len(prefix), whole)
+            if (not found or found[-1] != field) and (match is None or match(field)):
+                found.append(field)
+        return sorted(set(found))
+
     @abstractmethod
     def count_expired(self, now: float) -> int:
         """How many rows have `expires_at <= now` (what cleanup would delete)."""
@@ -185,6 +248,33 @@ class StateBackend(ABC):
 def prefix_upper_bound(prefix: str) -> str:
     """The smallest string greater than every string that starts with `prefix`."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def _live(row: Row, now: float) -> bool:
+    return row.expires_at is None or row.expires_at > now
+
+
+def group_of(namespace: str, skip: int, whole: bool) -> str:
+    """The field of `namespace` that starts at `skip` (`groups`)."""
+    rest = namespace[skip:]
+    return rest if whole else rest.partition(SEP)[0]
+
+
+def like_matcher(pattern: str) -> Callable[[str], bool]:
+    """SQL LIKE (`%`, `_`, escape `\\`, case-sensitive) as a Python predicate."""
+    parts: list[str] = []
+    chars = iter(pattern)
+    for char in chars:
+        if char == "\\":
+            parts.append(re.escape(next(chars, "\\")))
+        elif char == "%":
+            parts.append(".*")
+        elif char == "_":
+            parts.append(".")
+        else:
+            parts.append(re.escape(char))
+    regex = re.compile("".join(parts), re.DOTALL)
+    return lambda text: regex.fullmatch(text) is not None
 
 
 class WorkerStateBackend(ABC):

@@ -1,76 +1,94 @@
-"""The HTTP backend: `taskstate_url = http(s)://host[:port]/taskstate`, for workers that cannot
-(or should not) reach the database. Every call is one of the HTTP API's routes
-(`taskstate.api`, wire-compatible with Airflow 3.3's state-store routes).
+"""The HTTP client: `taskstate_url = http(s)://host[:port]/taskstate`, for workers that cannot
+(or should not) reach the database.
 
-Where the adaptation happens: a backend stores (namespace, key) → JSON text; the API speaks
-scopes and JSON values. This module parses each namespace back into its scope
-(`taskstate.scope.parse_namespace`) and sends the decoded value, so the server applies the same
-store rules as a local call. What the server decides, not the caller:
+Values travel at the value level (`taskstate.remote`'s accessors): one JSON encoding on the
+worker, the server's rules and clock. This module is the transport under them, and the
+store-level operations that have a route:
 
-- the clock: expiry is sent relative to the server's clock (the retention the caller asked
-  for, anchored on the server's `Date`), and `updated_at` is the server's;
-- the writer: `last_updated_by` comes from the credentials; `updated_by` is neither sent nor
-  reported back;
-- expired entries: the server never returns them (an expired key reads as absent anyway);
-- expired-row cleanup and the schema: the server's own store (`count_expired`/`delete_expired`
-  report 0, `migrate` applies nothing; `schema_status` asks `/taskstate/health`).
+- `HttpClient.send`: one request, its answer checked against the wire (`taskstate.wire`): a
+  refusal raises the class the server's store raised (`X-Taskstate-Error`); a 404 without it
+  is "no such route" (`ConfigError`, a wrong base URL), not "no such key"; an answer that is
+  not this API's (an SSO page's 200 `text/html`) is a `ConfigError` naming the URL — never
+  success. One retry rule (`Retry`): transient failures only (connection refused or reset,
+  408/429/502/503/504), idempotent requests only, within a bounded window; a name that does
+  not resolve and a TLS error are not transient.
+- `HttpBackend`: what `StateStore` needs beyond the accessors. Listing (`scan`, so `entries`
+  and `scopes`) walks the discovery routes; `clear`/`clear_prefix` (`clear_task`) are the
+  DELETE routes; `schema_status` asks `/health`. Operations that only make sense where the
+  database is (`cleanup`, `import`, `migrate`) raise `ConfigError` instead of reporting 0.
 
-Atomic updates (`transact`, so `update` and `compare_and_set`) are read-with-ETag → compute →
-`PUT If-Match` (or `If-None-Match: *` to create) → again on 412, so concurrent writers on other
-machines lose nothing. Connection errors and 502/503/504 are retried with backoff for a bounded
-window, then `BackendUnavailableError` names the host; a conditional PUT is retried only when
-the request cannot have reached the server (a lost response would otherwise apply it twice).
+The URL's user info (`https://user:pass@host/...`) is neither printed nor sent: the bearer
+token is the credential.
 """
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import email.utils
 import json
 import os
 import random
+import socket
+import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
-from datetime import datetime, timezone
-from typing import Any, TypeVar
-from urllib.parse import quote, urlsplit
+from collections.abc import Iterator, Mapping
+from typing import Any, NoReturn
 
 import httpx
 
+from taskstate import wire
 from taskstate.backends.base import Entry, Row, SchemaStatus, StateBackend
-from taskstate.errors import (
-    AccessDeniedError,
-    BackendError,
-    BackendUnavailableError,
-    ConfigError,
-    StaleTryError,
-    ValueTooLargeError,
-)
-from taskstate.scope import (
-    ASSET_KIND,
-    META_KIND,
-    SEP,
-    TASK_KIND,
-    AssetScope,
-    TaskScope,
-    parse_namespace,
-)
+from taskstate.errors import BackendUnavailableError, ConfigError, TaskStateError
+from taskstate.redaction import redact_url
+from taskstate.scope import ASSET_KIND, META_KIND, SEP, TASK_KIND, TaskScope, parse_namespace
 from taskstate.settings import airflow_option
+from taskstate.values import encode_value
 
-T = TypeVar("T")
-
-RETRY_STATUSES = frozenset({502, 503, 504})
-# Transport errors raised before the request left this machine: always safe to retry.
+TRANSIENT = frozenset({408, 429, 502, 503, 504})
+# Transport errors raised before the request left this machine: safe to send again.
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-PAGE = 100  # the API's maximum page size
-TRANSACT_ATTEMPTS = 100  # 412s in a row before giving up (each means another writer won)
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-class HttpBackend(StateBackend):
-    """A client of a taskstate HTTP API (`taskstate serve`, or the Airflow plugin's routes)."""
+class OutcomeUnknownError(BackendUnavailableError):
+    """A write was sent and its answer lost (timeout, reset): it may or may not have landed."""
+
+
+class Request:
+    """One request, prepared once and sendable by the sync and the async client alike."""
+
+    __slots__ = ("body", "headers", "idempotent", "method", "params", "path")
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, Any] | None = None,
+        body: bytes | None = None,
+        headers: Mapping[str, str] | None = None,
+        *,
+        idempotent: bool = True,
+    ) -> None:
+        self.method = method
+        self.path = path
+        self.params = dict(params or {})
+        self.body = body
+        self.headers = dict(headers or {})
+        self.idempotent = idempotent
+
+
+def json_body(fields: Mapping[str, Any], value_text: str | None = None) -> bytes:
+    """A request body; `value_text` is the value already encoded (sent as it is, not again)."""
+    text = json.dumps(fields, separators=(",", ":"), ensure_ascii=False)
+    if value_text is not None:
+        inner = text[1:-1]
+        text = '{"value":' + value_text + ("," + inner if inner else "") + "}"
+    return text.encode("utf-8", "surrogatepass")
+
+
+class HttpClient:
+    """Keep-alive connections to one taskstate API, a sync client per process and an async one
+    per event loop, and the checks every answer goes through."""
 
     def __init__(
         self,
@@ -80,46 +98,44 @@ class HttpBackend(StateBackend):
         timeout: float = 10.0,
         retry_window: float = 30.0,
     ) -> None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        scheme, sep, rest = url.partition("://")
+        hostport = rest.split("/", 1)[0].rpartition("@")[2]
+        if scheme not in ("http", "https") or not sep or not hostport.strip(":"):
             raise ConfigError(
-                f"[state_store] taskstate_url = {url!r}: an HTTP store URL looks like "
-                "http(s)://host[:port]/taskstate"
+                f"[state_store] taskstate_url = {redact_url(url)!r}: an HTTP store URL looks "
+                "like http(s)://host[:port]/taskstate"
             )
-        self.url = url
-        self.host = parts.netloc.rpartition("@")[2]
-        self._base = url.rstrip("/")
-        # The pool token ([state_store] taskstate_token); a task may swap in its own (use_token).
-        self._token = (
+        userinfo, at, _ = rest.partition("/")[0].rpartition("@")
+        path = rest[len(userinfo) + len(at) :][len(hostport) :]
+        # Without its user info: httpx would turn it into Basic auth, replacing the token.
+        self.base = f"{scheme}://{hostport}{path.rstrip('/')}"
+        self.host = hostport
+        self.token = (
             token if token is not None else airflow_option("state_store", "taskstate_token")
         )
         self._timeout = httpx.Timeout(timeout, connect=min(timeout, 5.0))
-        self._retry_window = retry_window
+        self.retry_window = retry_window
         self._lock = threading.Lock()
         self._client: tuple[int, httpx.Client] | None = None
         self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
-        self._server_offset: float | None = None  # server clock minus ours, from `Date`
 
-    # -- credentials ----------------------------------------------------------------------
+    def _headers(self, request: Request) -> dict[str, str]:
+        sent = {"Accept": wire.JSON_TYPE}
+        if self.token:
+            sent["Authorization"] = f"Bearer {self.token}"
+        if request.body is not None:
+            sent["Content-Type"] = wire.JSON_TYPE
+        sent.update(request.headers)
+        return sent
 
-    def use_token(self, token: str | None) -> None:
-        """Send `token` as the bearer from now on (the worker's minted task-instance token)."""
-        self._token = token
-
-    def with_token(self, token: str | None) -> HttpBackend:
-        """This backend sending `token`, on the same connections: one per triggered task
-        instance in a triggerer, without a connection pool each."""
-        view = copy.copy(self)
-        view._token = token
-        view.client = self.client  # type: ignore[method-assign]  # opened on first request
-        view.close = lambda: None  # type: ignore[method-assign]  # the connections are ours
-        view._async = None
-        return view
-
-    def _headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self._token}"} if self._token else {}
-
-    # -- plumbing -------------------------------------------------------------------------
+    def _arguments(self, request: Request) -> dict[str, Any]:
+        return {
+            "method": request.method,
+            "url": self.base + request.path,
+            "params": request.params,
+            "content": request.body,
+            "headers": self._headers(request),
+        }
 
     def client(self) -> httpx.Client:
         """One keep-alive client per process (a forked worker gets its own connections)."""
@@ -129,313 +145,6 @@ class HttpBackend(StateBackend):
                 self._client = (pid, httpx.Client(timeout=self._timeout))
             return self._client[1]
 
-    def close(self) -> None:
-        with self._lock:
-            if self._client is not None and self._client[0] == os.getpid():
-                self._client[1].close()
-            self._client = None
-
-    def describe(self) -> str:
-        return self.url
-
-    def _request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: dict[str, Any] | None = None,
-        body: Any = None,
-        headers: dict[str, str] | None = None,
-        idempotent: bool = True,
-    ) -> httpx.Response:
-        retry = _Retry(self.host, self._retry_window)
-        content, sent = self._prepare(body, headers)
-        while True:
-            try:
-                response = self.client().request(
-                    method, self._base + path, params=params, content=content, headers=sent
-                )
-            except httpx.TransportError as exc:
-                time.sleep(retry.after(exc, idempotent))
-                continue
-            self._note_clock(response)
-            if idempotent and response.status_code in RETRY_STATUSES:
-                time.sleep(retry.after(f"HTTP {response.status_code}", idempotent))
-                continue
-            return response
-
-    def _prepare(
-        self, body: Any, headers: dict[str, str] | None
-    ) -> tuple[bytes | None, dict[str, str]]:
-        sent = {**self._headers(), **(headers or {})}
-        if body is None:
-            return None, sent
-        sent["Content-Type"] = "application/json"
-        return _encode(body).encode("utf-8"), sent
-
-    def _note_clock(self, response: httpx.Response) -> None:
-        date = response.headers.get("date")
-        if date:
-            try:
-                server = email.utils.parsedate_to_datetime(date).timestamp()
-            except (TypeError, ValueError):
-                return
-            # `Date` has 1 s resolution and is stamped before we read it: +0.5 s centres it.
-            self._server_offset = server + 0.5 - time.time()
-
-    def _check(self, response: httpx.Response, *, allow: tuple[int, ...] = ()) -> None:
-        code = response.status_code
-        if code < 300 or code in allow:
-            return
-        detail = _detail(response)
-        if code in (401, 403):
-            raise AccessDeniedError(
-                f"the taskstate server at {self.host} refused this request ({code}: {detail}); "
-                "check [state_store] taskstate_token (or taskstate_secret_key) on this worker"
-            )
-        if code == 409:
-            raise StaleTryError(f"the taskstate server at {self.host} refused the write: {detail}")
-        if code == 413:
-            raise ValueTooLargeError(f"the taskstate server at {self.host}: {detail}")
-        raise BackendError(f"the taskstate server at {self.host} answered {code}: {detail}")
-
-    # -- namespaces → routes --------------------------------------------------------------
-
-    def _key_path(self, namespace: str, key: str) -> tuple[str, dict[str, Any]]:
-        base, params = self._collection(namespace)
-        # `.` and `..` are keys, not path steps: encode them so no URL layer collapses them.
-        segment = quote(key, safe="") if key not in (".", "..") else key.replace(".", "%2E")
-        return f"{base}/{segment}", params
-
-    def _collection(self, namespace: str) -> tuple[str, dict[str, Any]]:
-        if namespace.startswith(META_KIND + SEP):
-            scope = parse_namespace(TASK_KIND + namespace[len(META_KIND) :])
-            assert isinstance(scope, TaskScope)
-            return _task_path(scope, "taskstate-meta"), {"map_index": scope.map_index}
-        scope = parse_namespace(namespace)
-        if isinstance(scope, TaskScope):
-            return _task_path(scope, "state-store"), {"map_index": scope.map_index}
-        return "/api/v2/assets/state-store", {"name": scope.identity}
-
-    # -- the contract ---------------------------------------------------------------------
-
-    def get(self, namespace: str, key: str) -> Entry | None:
-        return self._get(namespace, key)[0]
-
-    def _get(self, namespace: str, key: str) -> tuple[Entry | None, str | None]:
-        path, params = self._key_path(namespace, key)
-        response = self._request("GET", path, params=params)
-        if response.status_code == 404:
-            return None, None
-        self._check(response)
-        return _entry(response.json()), response.headers.get("etag")
-
-    def set(
-        self,
-        namespace: str,
-        key: str,
-        value: str,
-        expires_at: float | None,
-        now: float,
-        updated_by: str | None = None,
-    ) -> None:
-        self._put(namespace, key, Entry(value, expires_at), now, {})
-
-    def _put(
-        self, namespace: str, key: str, entry: Entry, now: float, headers: dict[str, str]
-    ) -> httpx.Response:
-        path, params = self._key_path(namespace, key)
-        body: dict[str, Any] = {"value": json.loads(entry.value)}
-        if namespace.startswith(TASK_KIND + SEP):  # assets never expire; markers: server default
-            body["expires_at"] = self._server_expiry(entry.expires_at, now)
-        response = self._request(
-            "PUT", path, params=params, body=body, headers=headers, idempotent=not headers
-        )
-        self._check(response, allow=(412,))
-        return response
-
-    def _server_expiry(self, expires_at: float | None, now: float) -> str | None:
-        """The caller's retention (`expires_at - now`), anchored on the server's clock."""
-        if expires_at is None:
-            return None
-        if self._server_offset is None:  # no answer seen yet: learn the server's clock first
-            self._request("GET", "/health")
-        at = time.time() + (self._server_offset or 0.0) + (expires_at - now)
-        return datetime.fromtimestamp(at, tz=timezone.utc).isoformat()
-
-    def delete(self, namespace: str, key: str) -> None:
-        path, params = self._key_path(namespace, key)
-        self._check(self._request("DELETE", path, params=params))
-
-    def clear(self, namespace: str) -> int:
-        # The API answers 204 without a count: count first (another writer may race it).
-        meta = namespace.startswith(META_KIND + SEP)
-        count = 0 if meta else sum(1 for row in self.scan(namespace) if row.namespace == namespace)
-        path, params = self._collection(namespace)
-        self._check(self._request("DELETE", path, params=params))
-        return count
-
-    def clear_prefix(self, prefix: str) -> int:
-        if prefix.startswith(META_KIND + SEP):
-            # Markers of the task instances that hold state (others expire on their own).
-            task = TASK_KIND + prefix[len(META_KIND) :]
-            for namespace in self._namespaces(task):
-                self.clear(META_KIND + namespace[len(TASK_KIND) :])
-            return 0  # markers are not state: not counted
-        return sum(self.clear(namespace) for namespace in self._namespaces(prefix))
-
-    def transact(
-        self,
-        namespace: str,
-        key: str,
-        fn: Callable[[Entry | None], tuple[Entry | None, T]],
-        now: float,
-    ) -> T:
-        for attempt in range(TRANSACT_ATTEMPTS):
-            current, etag = self._get(namespace, key)
-            new, result = fn(current)
-            if new is None:
-                return result
-            condition = {"If-Match": etag} if etag else {"If-None-Match": "*"}
-            if self._put(namespace, key, new, now, condition).status_code != 412:
-                return result
-            time.sleep(random.random() * min(0.002 * (attempt + 1), 0.05))  # spread contenders
-        raise BackendError(
-            f"the taskstate server at {self.host}: key {key!r} changed under "
-            f"{TRANSACT_ATTEMPTS} attempts in a row to update it; try again"
-        )
-
-    def scan(self, prefix: str = "") -> Iterator[Row]:
-        for namespace in self._namespaces(prefix):
-            path, params = self._collection(namespace)
-            offset = 0
-            while True:
-                page = self._json("GET", path, {**params, "limit": PAGE, "offset": offset})
-                items = page.get("task_state_store", page.get("asset_state_store", []))
-                for item in items:
-                    entry = _entry(item)
-                    yield Row(
-                        namespace,
-                        item["key"],
-                        entry.value,
-                        entry.expires_at,
-                        _epoch(item["updated_at"]),
-                    )
-                offset += len(items)
-                if not items or offset >= page["total_entries"]:
-                    break
-
-    def _namespaces(self, prefix: str) -> list[str]:
-        """The namespaces holding state under `prefix` (a string prefix, as every backend
-        matches it), found through the discovery routes, in order."""
-        found: list[str] = []
-        if TASK_KIND.startswith(prefix) or prefix.startswith(TASK_KIND + SEP):
-            fields = prefix[2:].split(SEP) if prefix.startswith(TASK_KIND + SEP) else [""]
-            found.extend(self._task_namespaces(fields))
-        if ASSET_KIND.startswith(prefix) or prefix.startswith(ASSET_KIND + SEP):
-            assets = self._pages("/api/v2/assets", "assets")
-            found.extend(AssetScope(name=item["name"]).namespace for item in assets)
-        return sorted(ns for ns in found if ns.startswith(prefix))
-
-    def _task_namespaces(self, fields: list[str]) -> Iterator[str]:
-        """Walk dags → runs → task instances; every field but the last is complete."""
-
-        def level(path: str, items: str, name: str, depth: int) -> Iterator[str]:
-            if depth < len(fields) - 1:
-                yield fields[depth]
-            else:
-                yield from (str(item[name]) for item in self._pages(path, items))
-
-        for dag in level("/api/v2/dags", "dags", "dag_id", 0):
-            runs = f"/api/v2/dags/{quote(dag, safe='')}/dagRuns"
-            for run in level(runs, "dag_runs", "dag_run_id", 1):
-                tis = f"{runs}/{quote(run, safe='')}/taskInstances"
-                for item in self._pages(tis, "task_instances"):
-                    yield TaskScope(dag, run, item["task_id"], item["map_index"]).namespace
-
-    def _pages(self, path: str, items: str) -> Iterator[dict[str, Any]]:
-        offset = 0
-        while True:
-            page = self._json("GET", path, {"limit": PAGE, "offset": offset})
-            yield from page[items]
-            offset += len(page[items])
-            if not page[items] or offset >= page["total_entries"]:
-                return
-
-    def _json(self, method: str, path: str, params: dict[str, Any]) -> Any:
-        response = self._request(method, path, params=params)
-        self._check(response)
-        return response.json()
-
-    def count_expired(self, now: float) -> int:
-        return 0  # the server hides expired rows and its own store cleans them up
-
-    def delete_expired(self, now: float, limit: int) -> int:
-        return 0
-
-    def schema_status(self) -> SchemaStatus:
-        """Reachable and serving: the server's store keeps its own schema current."""
-        self._json("GET", "/health", {})
-        return SchemaStatus(current=0, latest=0)
-
-    def migrate(self) -> list[int]:
-        return []
-
-    # -- async twins: one async client per event loop -------------------------------------
-
-    async def aget(self, namespace: str, key: str) -> Entry | None:
-        path, params = self._key_path(namespace, key)
-        response = await self._arequest("GET", path, params)
-        if response.status_code == 404:
-            return None
-        self._check(response)
-        return _entry(response.json())
-
-    async def aset(
-        self,
-        namespace: str,
-        key: str,
-        value: str,
-        expires_at: float | None,
-        now: float,
-        updated_by: str | None = None,
-    ) -> None:
-        path, params = self._key_path(namespace, key)
-        body: dict[str, Any] = {"value": json.loads(value)}
-        if namespace.startswith(TASK_KIND + SEP):  # assets never expire; markers: server default
-            body["expires_at"] = self._server_expiry(expires_at, now)
-        self._check(await self._arequest("PUT", path, params, body))
-
-    async def adelete(self, namespace: str, key: str) -> None:
-        path, params = self._key_path(namespace, key)
-        self._check(await self._arequest("DELETE", path, params))
-
-    async def aclear(self, namespace: str) -> int:
-        path, params = self._collection(namespace)
-        page = await self._arequest("GET", path, {**params, "limit": 1})
-        self._check(page)
-        self._check(await self._arequest("DELETE", path, params))
-        return int(page.json()["total_entries"])
-
-    async def _arequest(
-        self, method: str, path: str, params: dict[str, Any], body: Any = None
-    ) -> httpx.Response:
-        retry = _Retry(self.host, self._retry_window)
-        content, headers = self._prepare(body, None)
-        while True:
-            try:
-                response = await self._aclient().request(
-                    method, self._base + path, params=params, content=content, headers=headers
-                )
-            except httpx.TransportError as exc:
-                await asyncio.sleep(retry.after(exc, True))
-                continue
-            self._note_clock(response)
-            if response.status_code in RETRY_STATUSES:
-                await asyncio.sleep(retry.after(f"HTTP {response.status_code}", True))
-                continue
-            return response
-
     def _aclient(self) -> httpx.AsyncClient:
         """One keep-alive async client per event loop (a client is bound to its loop)."""
         loop = asyncio.get_running_loop()
@@ -443,8 +152,69 @@ class HttpBackend(StateBackend):
             self._async = (loop, httpx.AsyncClient(timeout=self._timeout))
         return self._async[1]
 
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None and self._client[0] == os.getpid():
+                self._client[1].close()
+            self._client = None
 
-class _Retry:
+    def send(self, request: Request) -> httpx.Response:
+        """Send with the retry rule; the checked answer (an error status raises)."""
+        retry = Retry(self.host, self.retry_window)
+        while True:
+            try:
+                response = self.client().request(**self._arguments(request))
+            except httpx.TransportError as exc:
+                time.sleep(retry.after(exc, request.idempotent))
+                continue
+            wait = retry.after_status(response.status_code, request.idempotent)
+            if wait is None:
+                return self.check(request, response)
+            time.sleep(wait)
+
+    async def asend(self, request: Request) -> httpx.Response:
+        """`send` for async code, on the event loop's own connections."""
+        retry = Retry(self.host, self.retry_window)
+        while True:
+            try:
+                response = await self._aclient().request(**self._arguments(request))
+            except httpx.TransportError as exc:
+                await asyncio.sleep(retry.after(exc, request.idempotent))
+                continue
+            wait = retry.after_status(response.status_code, request.idempotent)
+            if wait is None:
+                return self.check(request, response)
+            await asyncio.sleep(wait)
+
+    def check(self, request: Request, response: httpx.Response) -> httpx.Response:
+        """The answer if it is this API's success; else the typed error it stands for."""
+        code = response.status_code
+        where = f"{self.host} ({request.method} {self.base}{request.path})"
+        if 200 <= code < 300:
+            if code == 204 or _is_json(response):
+                return response
+            self._not_this_api(response, where)
+        if code == 304:
+            return response
+        if code >= 400 and (wire.ERROR_HEADER in response.headers or _is_json(response)):
+            body: Any = _json_or_text(response)
+            raise wire.error_from_response(
+                code, response.headers.get(wire.ERROR_HEADER), body, where
+            )
+        if code in (401, 403, 413) or code in TRANSIENT:
+            raise wire.error_from_response(code, None, response.text[:200], where)
+        self._not_this_api(response, where)
+
+    def _not_this_api(self, response: httpx.Response, where: str) -> NoReturn:
+        kind = response.headers.get("content-type", "no content type")
+        raise ConfigError(
+            f"{where} answered {response.status_code} {kind}, not the taskstate API's JSON "
+            "(a login page or a wrong URL?); nothing was read or written. Check "
+            "[state_store] taskstate_url: it names the API's base, http(s)://host[:port]/taskstate"
+        )
+
+
+class Retry:
     """Backoff with jitter inside a bounded window, then `BackendUnavailableError`."""
 
     def __init__(self, host: str, window: float) -> None:
@@ -453,15 +223,36 @@ class _Retry:
         self.deadline = time.monotonic() + window
         self.delay = 0.1
 
-    def after(self, problem: Exception | str, idempotent: bool) -> float:
-        """Seconds to wait before trying again; raises when retrying is not allowed or over."""
-        sent = not isinstance(problem, (str, *_NOT_SENT))
-        what = problem if isinstance(problem, str) else f"{type(problem).__name__}: {problem}"
-        if sent and not idempotent:  # it may have been applied: never apply it twice
-            raise BackendUnavailableError(
-                f"the taskstate server at {self.host} did not answer a conditional write "
-                f"({what}); it may or may not have been applied"
-            ) from (problem if isinstance(problem, Exception) else None)
+    def after(self, problem: httpx.TransportError, idempotent: bool) -> float:
+        """Seconds to wait before sending again; raises when that is not allowed or over."""
+        what = f"{type(problem).__name__}: {problem}"
+        cause = _root_cause(problem)
+        if isinstance(cause, ssl.SSLError):
+            raise ConfigError(
+                f"TLS with the taskstate server at {self.host} failed ({cause}); check its "
+                "certificate and [state_store] taskstate_url"
+            ) from problem
+        if _is_dns_failure(cause):
+            raise ConfigError(
+                f"the taskstate server's name {self.host!r} does not resolve ({cause}); check "
+                "[state_store] taskstate_url"
+            ) from problem
+        if not isinstance(problem, _NOT_SENT) and not idempotent:
+            raise OutcomeUnknownError(
+                f"the taskstate server at {self.host} did not answer a write ({what}); it may "
+                "or may not have been applied"
+            ) from problem
+        return self._wait(what)
+
+    def after_status(self, status: int, idempotent: bool) -> float | None:
+        """Seconds to wait before sending again after `status`, or None to take the answer.
+        A 503 means the write was certainly not applied, so even a conditional one is sent
+        again."""
+        if status not in TRANSIENT or (not idempotent and status != 503):
+            return None
+        return self._wait(f"HTTP {status}")
+
+    def _wait(self, what: str) -> float:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
             raise BackendUnavailableError(
@@ -474,28 +265,217 @@ class _Retry:
         return wait
 
 
-def _task_path(scope: TaskScope, leaf: str) -> str:
-    parts = (quote(p, safe="") for p in (scope.dag_id, scope.run_id, scope.task_id))
-    dag, run, task = parts
-    return f"/api/v2/dags/{dag}/dagRuns/{run}/taskInstances/{task}/{leaf}"
+def _root_cause(exc: BaseException) -> BaseException:
+    seen = exc
+    while seen.__cause__ is not None or seen.__context__ is not None:
+        seen = seen.__cause__ or seen.__context__  # type: ignore[assignment]
+    return seen
 
 
-def _entry(item: dict[str, Any]) -> Entry:
-    # No `updated_by`: the server records the writer from the credentials, and a backend
-    # reports only what its caller can have written.
-    expires = item.get("expires_at")
-    return Entry(_encode(item["value"]), None if expires is None else _epoch(expires))
+def _is_dns_failure(cause: BaseException) -> bool:
+    return isinstance(cause, socket.gaierror)
 
 
-def _epoch(text: str) -> float:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+def _is_json(response: httpx.Response) -> bool:
+    kind = response.headers.get("content-type", "")
+    return bool(kind.split(";")[0].strip() == wire.JSON_TYPE)
 
 
-def _detail(response: httpx.Response) -> str:
+def _json_or_text(response: httpx.Response) -> Any:
     try:
-        detail = response.json().get("detail")
-    except (ValueError, AttributeError):
+        return response.json()
+    except ValueError:
         return response.text[:200]
-    if isinstance(detail, list):
-        return "; ".join(str(d.get("msg", d)) for d in detail if isinstance(d, dict))
-    return str(detail)
+
+
+def _room_for_the_database(operation: str) -> NoReturn:
+    raise ConfigError(
+        f"{operation} has no route in the taskstate HTTP API: run it where the database is "
+        "(with [state_store] taskstate_url naming the database, e.g. on the server)"
+    )
+
+
+class HttpBackend(StateBackend):
+    """The store-level operations over HTTP. The accessors (`taskstate.remote`) carry values;
+    row-level reads and writes are not part of the wire and refuse with `ConfigError`."""
+
+    remote = True  # StateStore hands out `taskstate.remote`'s accessors for this backend
+
+    def __init__(self, url: str, *, token: str | None = None, **options: float) -> None:
+        self.http = HttpClient(url, token=token, **options)
+        self.url = url
+
+    def use_token(self, token: str | None) -> None:
+        """Send `token` as the bearer from now on (the worker's minted task-instance token)."""
+        self.http.token = token
+
+    def with_token(self, token: str | None) -> HttpBackend:
+        """This backend sending `token`, on the same connections: one per triggered task
+        instance in a triggerer, without a connection pool each."""
+        http = copy.copy(self.http)
+        http.token = token
+        http.client = self.http.client  # type: ignore[method-assign]  # shared connections
+        http._aclient = self.http._aclient  # type: ignore[method-assign]
+        http.close = lambda: None  # type: ignore[method-assign]  # the connections are ours
+        view = copy.copy(self)
+        view.http = http
+        return view
+
+    def describe(self) -> str:
+        return redact_url(self.http.base)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self.http.send(Request("GET", path, params)).json()
+
+    # -- store-level operations with a route ----------------------------------------------
+
+    def scan(self, prefix: str = "") -> Iterator[Row]:
+        for namespace in self._namespaces(prefix):
+            scope = parse_namespace(namespace)
+            if isinstance(scope, TaskScope):
+                path, field = wire.task_path(scope), wire.TASK_ITEMS
+                params: dict[str, Any] = {wire.MAP_INDEX: scope.map_index}
+            else:
+                path, field = wire.ASSET_STATE, wire.ASSET_ITEMS
+                params = {wire.NAME: scope.identity}
+            for item in self._pages(path, field, params):
+                entry = wire.entry_from_json(item)
+                writer = entry.updated_by
+                yield Row(
+                    namespace,
+                    entry.key,
+                    encode_value(entry.value),
+                    entry.expires_at,
+                    entry.updated_at,
+                    None if writer is None else json.dumps(writer, separators=(",", ":")),
+                )
+
+    def _namespaces(self, prefix: str) -> list[str]:
+        """The namespaces holding state under `prefix`, found through the discovery routes."""
+        found: list[str] = []
+        if TASK_KIND.startswith(prefix) or prefix.startswith(TASK_KIND + SEP):
+            fields = prefix[2:].split(SEP) if prefix.startswith(TASK_KIND + SEP) else [""]
+            found.extend(self._task_namespaces(fields))
+        if ASSET_KIND.startswith(prefix) or prefix.startswith(ASSET_KIND + SEP):
+            found.extend(
+                ASSET_KIND + SEP + item[wire.NAME] for item in self._pages(wire.ASSETS, "assets")
+            )
+        return sorted(ns for ns in found if ns.startswith(prefix))
+
+    def _task_namespaces(self, fields: list[str]) -> Iterator[str]:
+        """Walk dags → runs → task instances; every field but the last is complete."""
+
+        def level(path: str, items: str, name: str, depth: int) -> Iterator[str]:
+            if depth < len(fields) - 1:
+                yield fields[depth]
+            else:
+                yield from (str(item[name]) for item in self._pages(path, items))
+
+        for dag in level(wire.DAGS, "dags", "dag_id", 0):
+            runs = wire.DAG_RUNS.format(dag_id=wire.segment(dag))
+            for run in level(runs, "dag_runs", "dag_run_id", 1):
+                tis = wire.TASK_INSTANCES.format(
+                    dag_id=wire.segment(dag), dag_run_id=wire.segment(run)
+                )
+                for item in self._pages(tis, "task_instances"):
+                    yield TaskScope(dag, run, item["task_id"], item[wire.MAP_INDEX]).namespace
+
+    def _pages(
+        self, path: str, items: str, params: Mapping[str, Any] | None = None
+    ) -> Iterator[dict[str, Any]]:
+        offset = 0
+        while True:
+            page = self.get_json(
+                path, {**(params or {}), wire.LIMIT: wire.MAX_PAGE, wire.OFFSET: offset}
+            )
+            yield from page[items]
+            offset += len(page[items])
+            if not page[items] or offset >= page[wire.TOTAL]:
+                return
+
+    def clear(self, namespace: str) -> int:
+        return self._clear(namespace, all_map_indices=False)
+
+    def clear_prefix(self, prefix: str) -> int:
+        """`clear_task` of every map index: one DELETE per task instance, markers too."""
+        if prefix.startswith(META_KIND + SEP):
+            return 0  # the state route's clear removes the markers with the state
+        fields = prefix[2:].rstrip(SEP).split(SEP)
+        if not prefix.startswith(TASK_KIND + SEP) or len(fields) != 3:
+            _room_for_the_database("deleting the state of more than one task")
+        scope = TaskScope(fields[0], fields[1], fields[2])
+        return self._clear(scope.namespace, all_map_indices=True)
+
+    def _clear(self, namespace: str, *, all_map_indices: bool) -> int:
+        # The route answers 204 without a count: count first (another writer may race it).
+        prefix = namespace.rpartition(SEP)[0] + SEP if all_map_indices else namespace
+        count = sum(1 for row in self.scan(prefix) if all_map_indices or row.namespace == namespace)
+        if namespace.startswith(META_KIND + SEP):
+            scope = parse_namespace(TASK_KIND + namespace[len(META_KIND) :])
+            assert isinstance(scope, TaskScope)
+            path = wire.task_path(scope, wire.TASK_META)
+            params: dict[str, Any] = {wire.MAP_INDEX: scope.map_index}
+        else:
+            found = parse_namespace(namespace)
+            if isinstance(found, TaskScope):
+                path = wire.task_path(found)
+                params = {wire.MAP_INDEX: found.map_index}
+                if all_map_indices:
+                    params = {wire.ALL_MAP_INDICES: "true"}
+            else:
+                path, params = wire.ASSET_STATE, {wire.NAME: found.identity}
+        self.http.send(Request("DELETE", path, params))
+        return count
+
+    def schema_status(self) -> SchemaStatus:
+        """Reachable and serving: the server's store keeps its own schema current."""
+        health = self.get_json(wire.HEALTH)
+        if not isinstance(health, dict) or health.get("status") != "ok":
+            raise BackendUnavailableError(f"{self.describe()}/health answered {health!r}")
+        return SchemaStatus(current=0, latest=0)
+
+    # -- where the database is ------------------------------------------------------------
+
+    def count_expired(self, now: float) -> int:
+        _room_for_the_database("cleanup (counting expired rows)")
+
+    def delete_expired(self, now: float, limit: int) -> int:
+        _room_for_the_database("cleanup")
+
+    def migrate(self) -> list[int]:
+        _room_for_the_database("db migrate")
+
+    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+        _room_for_the_database("import (all keys or none)")
+
+    # -- row level: not on the wire (the accessors send values) ---------------------------
+
+    def get(self, namespace: str, key: str) -> Entry | None:
+        _row_level()
+
+    def set(
+        self,
+        namespace: str,
+        key: str,
+        value: str,
+        expires_at: float | None,
+        now: float,
+        updated_by: str | None = None,
+    ) -> None:
+        _row_level()
+
+    def delete(self, namespace: str, key: str) -> None:
+        _row_level()
+
+    def transact(self, namespace: str, key: str, fn: Any, now: float) -> Any:
+        _row_level()
+
+
+def _row_level() -> NoReturn:
+    raise TaskStateError(
+        "the HTTP backend carries values, not rows: use StateStore(url).task_state(...) / "
+        ".asset_state(...), whose accessors speak the API"
+    )

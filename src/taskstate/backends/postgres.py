@@ -1,8 +1,13 @@
 """PostgreSQL backend: the shared database a multi-machine Airflow already has.
 
 psycopg 3 with a small pool, opened lazily in each process (a forked child opens its own and
-never touches the parent's sockets). Every get/set/delete is one prepared statement on an
-autocommit connection: one round trip. Read-modify-write (`transact`) locks the row with
+never touches the parent's sockets). Every get/set/delete is one statement on an autocommit
+connection: one round trip, and one transaction, so a transaction-pooling PgBouncer hands the
+server connection back after each. Nothing outlives a transaction on the server (no SET, no
+session advisory lock, no temporary table), and statements are prepared on the server only on
+a connection that provably ends at PostgreSQL itself (`_prepares`): a pooler multiplexes
+clients over server connections, and a statement prepared on one is missing on the next (or
+already there, under another client's name). Read-modify-write (`transact`) locks the row with
 `SELECT ... FOR UPDATE`; a key that does not exist yet is created with
 `INSERT ... ON CONFLICT DO NOTHING`, and if a concurrent writer created it first the transaction
 starts over, now locking that writer's row. Row locks only, so writers of other keys never wait,
@@ -16,8 +21,11 @@ too many clients...); once connected, a lost connection or a SQLSTATE of class 0
 57P0x. Everything else (a wrong password, an unknown host, an invalid port, "index row size
 exceeds btree maximum", a syntax error) is a `BackendError` at once, with the server's words.
 Plain writes are idempotent, so they are retried even when the failure hides whether they
-committed. `transact` is retried only when it certainly did not commit (the failure came before
-COMMIT was sent); a connection lost during COMMIT raises instead of risking a second increment.
+committed. `transact` is retried only when it certainly did not commit: the failure came before
+COMMIT was sent, or it was lost during COMMIT and PostgreSQL, asked afterwards by transaction id
+(`txid_status`), says the transaction aborted. If it committed, its result is returned; if the
+server cannot say, `OutcomeUnknownError` — `fn` never runs again for a write that may have
+landed.
 
 Tables carry a `taskstate_` prefix, so they can live in Airflow's metadata database beside
 Airflow 3.3's `task_state_store` / `asset_state_store`. The schema is created by
@@ -30,6 +38,7 @@ import functools
 import os
 import re
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -47,7 +56,13 @@ from taskstate.backends.base import (
     StateBackend,
     prefix_upper_bound,
 )
-from taskstate.errors import BackendError, BackendUnavailableError, ConfigError, SchemaMissingError
+from taskstate.errors import (
+    BackendError,
+    BackendUnavailableError,
+    ConfigError,
+    OutcomeUnknownError,
+    SchemaMissingError,
+)
 from taskstate.redaction import redact_url, scrub, url_secrets
 
 T = TypeVar("T")
@@ -91,7 +106,15 @@ MIGRATIONS: list[str] = [
     ALTER TABLE {TABLE} DROP CONSTRAINT {TABLE}_pkey, ADD PRIMARY KEY (namespace_md5, key_md5);
     CREATE INDEX {TABLE}_order ON {TABLE} ((left(namespace, 200)));
     """,
+    # 4: one namespace's keys in order (listings page in the database: a 20,000-key task
+    # instance's first page reads one page of the index). A key is at most 512 characters, so
+    # it fits a b-tree entry whole. Built without blocking writers (see `_ONLINE`).
+    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {TABLE}_keys ON {TABLE} (namespace_md5, key)",
 ]
+# Versions whose statement cannot run in a transaction (CREATE INDEX CONCURRENTLY): applied
+# alone, on an autocommit connection, then recorded; each is idempotent, so a migration that
+# dies midway is finished by the next `db migrate`. Value: the index it builds, checked valid.
+_ONLINE = {4: f"{TABLE}_keys"}
 
 # Serialises concurrent `migrate()` calls (pg_advisory_xact_lock key; "tsdb" in ASCII).
 _MIGRATION_LOCK = 0x74736462
@@ -103,7 +126,7 @@ _CURRENT_VERSION = f"SELECT max(version) FROM {VERSION_TABLE}"
 
 # One key, found through the primary key; parameters (namespace, key).
 _KEY = "(namespace_md5, key_md5) = (md5(%s)::uuid, md5(%s)::uuid)"
-_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE {_KEY}"
+_GET = f"SELECT value, expires_at, updated_by, updated_at FROM {TABLE} WHERE {_KEY}"
 _LOCK = _GET + " FOR UPDATE"
 _INSERT = (
     f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
@@ -114,9 +137,14 @@ _SET = _INSERT + (
     "updated_at = excluded.updated_at, updated_by = excluded.updated_by"
 )
 _CREATE = _INSERT + "NOTHING"
-_UPDATE = (
-    f"UPDATE {TABLE} SET value = %s, expires_at = %s, updated_at = %s, updated_by = %s WHERE {_KEY}"
+# In `transact`, the write also returns its transaction's id, so that a COMMIT whose answer was
+# lost can be looked up afterwards (`txid_status`; PostgreSQL >= 10, any session, any pooler).
+_CREATE_XID = _CREATE + " RETURNING txid_current()"
+_UPDATE_XID = (
+    f"UPDATE {TABLE} SET value = %s, expires_at = %s, updated_at = %s, updated_by = %s "
+    f"WHERE {_KEY} RETURNING txid_current()"
 )
+_XACT_STATUS = "SELECT txid_status(%s)"
 _DELETE = f"DELETE FROM {TABLE} WHERE {_KEY}"
 _CLEAR = f"DELETE FROM {TABLE} WHERE namespace_md5 = md5(%s)::uuid"
 # Namespaces in [lo, hi): the truncated bounds let the order index narrow the range (cutting
@@ -136,6 +164,54 @@ _SCAN_COLUMNS = f"SELECT namespace, key, value, expires_at, updated_at, updated_
 _SCAN_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} {_ORDER}"
 _SCAN_RANGE_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} AND {_RANGE} {_ORDER}"
 _SCAN_PAGE_SIZE = 1000
+# Listings: one namespace's live keys in order, through the (namespace_md5, key) index.
+_LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"  # taskstate.stored.is_live in SQL
+# (The namespace's hash is its identity, as for point operations: re-checking the namespace
+# itself would make the planner underestimate a big namespace and sort it instead.)
+_IN_NAMESPACE = (
+    "namespace_md5 = md5(%(ns)s)::uuid AND key >= %(lo)s "
+    f"AND (%(hi)s::text IS NULL OR key < %(hi)s) AND {_LIVE}"
+)
+_ROWS = f"{_SCAN_COLUMNS} WHERE {_IN_NAMESPACE} ORDER BY key LIMIT %(limit)s OFFSET %(offset)s"
+_COUNT_IN = f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_IN_NAMESPACE} LIMIT %(cap)s) c"
+_COUNT_RANGE = (
+    f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_RANGE} AND {_LIVE} LIMIT %(cap)s) c"
+)
+# Discovery: a skip scan over the order index, one seek per distinct field: the first live row
+# at or past `at`, then past its field (the namespace with the field's end bumped from the
+# separator, \x1f, to " "). The index holds 200-character prefixes: a prefix shorter than that
+# is the namespace itself; a longer one (rare) takes the least namespace sharing it.
+_FIRST_FROM = (
+    "(SELECT CASE WHEN length(q.p) < 200 THEN q.p ELSE "
+    f"(SELECT min(namespace) FROM {TABLE} WHERE left(namespace, 200) = q.p "
+    f"AND namespace >= {{at}} AND namespace < %(hi)s AND {_LIVE}) END "
+    f"FROM (SELECT left(namespace, 200) AS p FROM {TABLE} "
+    "WHERE left(namespace, 200) >= left({at}, 200) AND left(namespace, 200) <= left(%(hi)s, 200) "
+    f"AND namespace >= {{at}} AND namespace < %(hi)s AND {_LIVE} "
+    "ORDER BY left(namespace, 200) LIMIT 1) q)"
+)
+_REST = "substr(ns, %(n)s + 1)"
+_FIELD_END = f"strpos({_REST}, chr(31))"
+_NEXT = {
+    True: "ns || chr(1)",
+    False: f"CASE {_FIELD_END} WHEN 0 THEN ns || chr(1) "
+    f"ELSE left(ns, %(n)s + {_FIELD_END} - 1) || ' ' END",
+}
+_FIELD = {
+    True: _REST,
+    False: f"CASE {_FIELD_END} WHEN 0 THEN {_REST} "
+    f"ELSE substr(ns, %(n)s + 1, {_FIELD_END} - 1) END",
+}
+_GROUPS = {
+    whole: (
+        f"WITH RECURSIVE skip(ns) AS (SELECT {_FIRST_FROM.format(at='%(lo)s')} "
+        f"UNION ALL SELECT {_FIRST_FROM.format(at=_NEXT[whole])} FROM skip WHERE ns IS NOT NULL) "
+        f"SELECT field FROM (SELECT {_FIELD[whole]} AS field FROM skip WHERE ns IS NOT NULL) f "
+        "WHERE %(like)s = '' OR field LIKE %(like)s"
+    )
+    for whole in (True, False)
+}
+_TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= %s"
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= %s"
 # One batch: pick victims through the expires_at index, delete them by physical address (a TID
@@ -174,6 +250,9 @@ _TRANSIENT_CONNECT = (
 _TRANSIENT_CLASSES = ("08", "40", "53")
 _TRANSIENT_STATES = frozenset({"57P01", "57P02", "57P03", "57P05", "25P03", "55P03"})
 _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
+# Our own URL parameter (taken out before libpq, which refuses unknown ones): server-side
+# prepared statements on every connection, on none, or where they are safe (the default).
+_PREPARE_MODES: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
 # Pools inherited through fork(): kept referenced so that garbage collection in the child never
 # closes them (closing would end the parent's sessions on the shared sockets).
 _INHERITED: list[ConnectionPool[Any]] = []
@@ -196,6 +275,26 @@ def conninfo_from_url(url: str) -> str:
             "write / as %2F, @ as %40 and % as %25 (urllib.parse.quote(password, safe=''))"
         )
     return "postgresql://" + rest
+
+
+def take_prepare_option(conninfo: str) -> tuple[str, bool | None]:
+    """The URL without our `prepare=auto|on|off`, and that setting (None: auto)."""
+    base, sep, query = conninfo.partition("?")
+    if not sep:
+        return conninfo, None
+    kept, mode = [], None
+    for item in query.split("&"):
+        name, _, value = item.partition("=")
+        if name != "prepare":
+            kept.append(item)
+        elif value.lower() in _PREPARE_MODES:
+            mode = _PREPARE_MODES[value.lower()]
+        else:
+            raise ConfigError(
+                f"prepare={value!r} in the PostgreSQL URL {redact_url(conninfo)!r}: write "
+                "prepare=auto (the default), prepare=on or prepare=off"
+            )
+    return base + ("?" + "&".join(kept) if kept else ""), mode
 
 
 def server_name(conninfo: str) -> str:
@@ -232,9 +331,11 @@ def _is_transient(exc: BaseException) -> bool:
 
 class _Connection(psycopg.Connection[Any]):
     """A pooled connection that keeps one cursor for the hot path: a fresh cursor per call
-    costs as much CPU as the rest of our layer. A connection serves one thread at a time."""
+    costs as much CPU as the rest of our layer. A connection serves one thread at a time.
+    `prepare`: whether its hot statements are prepared on the server (set by `_configure`)."""
 
     _hot: psycopg.Cursor[Any] | None = None
+    prepare = False
 
     def hot(self) -> psycopg.Cursor[Any]:
         cursor = self._hot
@@ -244,7 +345,12 @@ class _Connection(psycopg.Connection[Any]):
 
 
 class _CommitOutcomeUnknown(Exception):
-    """The connection broke while COMMIT was in flight."""
+    """The connection broke while COMMIT was in flight: transaction `xid` may have committed,
+    and if it did, `transact` returns `result`."""
+
+    def __init__(self, xid: int, result: object) -> None:
+        super().__init__(xid)
+        self.xid, self.result = xid, result
 
 
 class PostgresBackend(StateBackend):
@@ -256,7 +362,7 @@ class PostgresBackend(StateBackend):
         retry_window_s: float = 30.0,
         connect_timeout_s: float = 10.0,
     ) -> None:
-        self._conninfo = conninfo_from_url(url)
+        self._conninfo, self._prepare_mode = take_prepare_option(conninfo_from_url(url))
         self.url = redact_url(url)
         self.server = server_name(self._conninfo)
         self._pool_size = pool_size
@@ -274,7 +380,9 @@ class PostgresBackend(StateBackend):
 
     def _connect_kwargs(self) -> dict[str, Any]:
         given = psycopg.conninfo.conninfo_to_dict(self._conninfo)
-        kwargs: dict[str, Any] = {"autocommit": True}
+        # prepare_threshold=None: psycopg would otherwise prepare any statement on its fifth
+        # use, which breaks behind a transaction-pooling PgBouncer; `_configure` decides.
+        kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
         if "connect_timeout" not in given:
             kwargs["connect_timeout"] = max(1, round(self._connect_timeout_s))
         if "application_name" not in given:
@@ -299,6 +407,9 @@ class PostgresBackend(StateBackend):
                     self._conninfo,
                     connection_class=_Connection,
                     kwargs=self._connect_kwargs(),
+                    # Not a bound method: the pool must not keep the backend alive (its
+                    # finaliser closes the pool).
+                    configure=functools.partial(_configure, mode=self._prepare_mode),
                     min_size=1,
                     max_size=self._pool_size,
                     timeout=self._connect_timeout_s,
@@ -362,12 +473,6 @@ class PostgresBackend(StateBackend):
             except psycopg.errors.UndefinedTable:
                 self._probe(check_schema=True)  # raises SchemaMissingError if that is why
                 raise
-            except _CommitOutcomeUnknown as exc:
-                raise BackendUnavailableError(
-                    f"lost the connection to PostgreSQL at {self.server} while committing an "
-                    "atomic update; it may or may not have been applied, and it is not retried "
-                    "so it can never apply twice. Read the key to see which"
-                ) from exc.__cause__
             except (psycopg.Error, PoolTimeout) as exc:
                 if not _is_transient(exc):
                     raise BackendError(f"PostgreSQL at {self.server}: {exc}") from exc
@@ -395,7 +500,7 @@ class PostgresBackend(StateBackend):
     def get(self, namespace: str, key: str) -> Entry | None:
         def op(conn: _Connection) -> Entry | None:
             cursor = conn.hot()
-            cursor.execute(_GET, (namespace, key), prepare=True)
+            cursor.execute(_GET, (namespace, key), prepare=conn.prepare)
             row = cursor.fetchone()
             return None if row is None else Entry(*row)
 
@@ -411,13 +516,15 @@ class PostgresBackend(StateBackend):
         updated_by: str | None = None,
     ) -> None:
         params = (namespace, key, value, expires_at, now, updated_by)
-        self._run(lambda conn: conn.hot().execute(_SET, params, prepare=True))
+        self._run(lambda conn: conn.hot().execute(_SET, params, prepare=conn.prepare))
 
     def delete(self, namespace: str, key: str) -> None:
-        self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=True))
+        self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=conn.prepare))
 
     def clear(self, namespace: str) -> int:
-        return self._run(lambda conn: conn.execute(_CLEAR, (namespace,), prepare=True).rowcount)
+        return self._run(
+            lambda conn: conn.execute(_CLEAR, (namespace,), prepare=conn.prepare).rowcount
+        )
 
     def clear_prefix(self, prefix: str) -> int:
         if not prefix:
@@ -432,32 +539,66 @@ class PostgresBackend(StateBackend):
         fn: Callable[[Entry | None], tuple[Entry | None, T]],
         now: float,
     ) -> T:
-        def op(conn: psycopg.Connection[Any]) -> T:
+        def attempt(conn: _Connection) -> T:
             while True:
-                committing = False
+                xid = None
                 try:
                     with conn.transaction():
-                        row = conn.execute(_LOCK, (namespace, key), prepare=True).fetchone()
+                        row = conn.execute(_LOCK, (namespace, key), prepare=conn.prepare).fetchone()
                         new, result = fn(None if row is None else Entry(*row))
                         if new is None:
                             return result
+                        stored = (new.value, new.expires_at, now, new.updated_by)
                         if row is not None:
-                            params = (new.value, new.expires_at, now, new.updated_by)
-                            conn.execute(_UPDATE, (*params, namespace, key), prepare=True)
-                        elif not conn.execute(
-                            _CREATE,
-                            (namespace, key, new.value, new.expires_at, now, new.updated_by),
-                            prepare=True,
-                        ).rowcount:
+                            query, params = _UPDATE_XID, [*stored, namespace, key]
+                        else:
+                            query, params = _CREATE_XID, [namespace, key, *stored]
+                        written = conn.execute(query, params, prepare=conn.prepare)
+                        got = written.fetchone()
+                        if got is None:
                             continue  # created concurrently: start over and lock that row
-                        committing = True
+                        xid = got[0]
                     return result
                 except psycopg.OperationalError as exc:
-                    if committing:
-                        raise _CommitOutcomeUnknown() from exc
-                    raise
+                    if xid is not None:  # COMMIT was sent: it may have landed
+                        raise _CommitOutcomeUnknown(xid, result) from exc
+                    raise  # before COMMIT: the server rolled it back, so `_run` may retry
 
-        return self._run(op)
+        backoff = Backoff(self._retry_window_s)
+        while True:
+            try:
+                return self._run(attempt)
+            except _CommitOutcomeUnknown as lost:
+                if self._committed(lost.xid):
+                    return lost.result  # type: ignore[return-value]  # `fn`'s, from that attempt
+                # Certainly not applied: run `fn` again on whatever the row holds now.
+                if not backoff.pause():
+                    raise BackendUnavailableError(
+                        f"PostgreSQL at {self.server} is unavailable: {backoff.attempts} "
+                        f"attempts over {self._retry_window_s:.0f}s lost the connection while "
+                        "committing an atomic update, and none of them was applied"
+                    ) from lost.__cause__
+
+    def _committed(self, xid: int) -> bool:
+        """Whether transaction `xid`, whose COMMIT lost its answer, committed; asked on another
+        session (it may still be finishing: "in progress" is asked again)."""
+        backoff = Backoff(self._retry_window_s)
+        cause: BaseException | None = None
+        while True:
+            try:
+                row = self._run(lambda conn: conn.execute(_XACT_STATUS, (xid,)).fetchone())
+            except BackendUnavailableError as exc:
+                row, cause = None, exc
+            status = row[0] if row is not None else None
+            if status in ("committed", "aborted"):
+                return bool(status == "committed")
+            if cause is not None or status != "in progress" or not backoff.pause():
+                raise OutcomeUnknownError(
+                    f"lost the connection to PostgreSQL at {self.server} while committing an "
+                    "atomic update, and could not find out afterwards whether it was applied "
+                    f"(transaction {xid} is {status or 'unknown'}); it was not applied again, "
+                    "so it cannot apply twice. Read the key to see which"
+                ) from cause
 
     def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
         params = [
@@ -482,12 +623,62 @@ class PostgresBackend(StateBackend):
             after = (rows[-1][0], rows[-1][1])
 
     @staticmethod
-    def _scan_page(conn: psycopg.Connection[Any], prefix: str, after: tuple[str, str]) -> list[Any]:
+    def _scan_page(conn: _Connection, prefix: str, after: tuple[str, str]) -> list[Any]:
         params = {"ns": after[0], "key": after[1], "limit": _SCAN_PAGE_SIZE}
         if not prefix:
-            return conn.execute(_SCAN_PAGE, params, prepare=True).fetchall()
+            return conn.execute(_SCAN_PAGE, params, prepare=conn.prepare).fetchall()
         params.update(lo=prefix, hi=prefix_upper_bound(prefix))
-        return conn.execute(_SCAN_RANGE_PAGE, params, prepare=True).fetchall()
+        return conn.execute(_SCAN_RANGE_PAGE, params, prepare=conn.prepare).fetchall()
+
+    def rows(
+        self, namespace: str, now: float, *, key_prefix: str = "", limit: int = -1, offset: int = 0
+    ) -> list[Row]:
+        params = {
+            "ns": namespace,
+            "lo": key_prefix,
+            "hi": prefix_upper_bound(key_prefix) if key_prefix else None,
+            "now": now,
+            "limit": None if limit < 0 else limit,
+            "offset": offset,
+        }
+        found = self._run(lambda conn: conn.execute(_ROWS, params).fetchall())
+        return [Row(*row) for row in found]
+
+    def count(
+        self,
+        prefix: str,
+        now: float,
+        *,
+        exact: bool = False,
+        key_prefix: str = "",
+        cap: int | None = None,
+    ) -> int:
+        params: dict[str, Any] = {"now": now, "cap": cap}
+        if exact:
+            hi = prefix_upper_bound(key_prefix) if key_prefix else None
+            params.update(ns=prefix, lo=key_prefix, hi=hi)
+        else:
+            params.update(lo=prefix, hi=prefix_upper_bound(prefix) if prefix else _TOP)
+
+        def op(conn: psycopg.Connection[Any]) -> int:
+            row = conn.execute(_COUNT_IN if exact else _COUNT_RANGE, params).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._run(op)
+
+    def groups(
+        self, prefix: str, now: float, *, whole: bool = False, start: str = "", like: str = ""
+    ) -> list[str]:
+        lo = prefix + start
+        params = {
+            "lo": lo,
+            "hi": prefix_upper_bound(lo) if lo else _TOP,
+            "now": now,
+            "n": len(prefix),
+            "like": like,
+        }
+        found = self._run(lambda conn: conn.execute(_GROUPS[whole], params).fetchall())
+        return [row[0] for row in found]
 
     def count_expired(self, now: float) -> int:
         def op(conn: psycopg.Connection[Any]) -> int:
@@ -501,7 +692,7 @@ class PostgresBackend(StateBackend):
             return self._run(lambda conn: conn.execute(_DELETE_EXPIRED, (now,)).rowcount)
         params = (now, limit, now)
         return self._run(
-            lambda conn: conn.execute(_DELETE_EXPIRED_BATCH, params, prepare=True).rowcount
+            lambda conn: conn.execute(_DELETE_EXPIRED_BATCH, params, prepare=conn.prepare).rowcount
         )
 
     # -- schema ---------------------------------------------------------------------------------
@@ -510,26 +701,39 @@ class PostgresBackend(StateBackend):
         return SchemaStatus(self._direct(_current_version), len(MIGRATIONS))
 
     def migrate(self) -> list[int]:
-        def op(conn: psycopg.Connection[Any]) -> list[int]:
-            applied: list[int] = []
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
-                conn.execute(_CREATE_VERSION_TABLE)
-                current = _current_version(conn) or 0
-                if current > len(MIGRATIONS):
-                    raise BackendError(
-                        f"PostgreSQL at {self.server} has taskstate schema version {current}, "
-                        f"newer than this taskstate knows ({len(MIGRATIONS)}); upgrade taskstate"
-                    )
-                for version in range(current + 1, len(MIGRATIONS) + 1):
-                    conn.execute(MIGRATIONS[version - 1])
-                    conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (version,))
-                    applied.append(version)
-            return applied
-
+        applied: list[int] = []
         # The schema may not exist yet, so this cannot go through the pool (whose first
-        # connection checks it); migrations are one transaction, so a retry is always safe.
-        return self._direct(op)
+        # connection checks it). Each step is one transaction (a retry is always safe), except
+        # an online index build, which runs between them on its own and is idempotent.
+        while (online := self._direct(functools.partial(self._migrate_step, applied))) is not None:
+            self._direct(
+                functools.partial(_build_index, index=_ONLINE[online], sql=MIGRATIONS[online - 1])
+            )
+        return applied
+
+    def _migrate_step(self, applied: list[int], conn: psycopg.Connection[Any]) -> int | None:
+        """Under the migration lock (transaction-level: nothing outlives the transaction, so
+        this works through PgBouncer's transaction pooling): apply and record pending versions
+        up to the first online one whose index is not built yet; return that version, or None
+        when the schema is current."""
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(_CREATE_VERSION_TABLE)
+            current = _current_version(conn) or 0
+            if current > len(MIGRATIONS):
+                raise BackendError(
+                    f"PostgreSQL at {self.server} has taskstate schema version {current}, "
+                    f"newer than this taskstate knows ({len(MIGRATIONS)}); upgrade taskstate"
+                )
+            for version in range(current + 1, len(MIGRATIONS) + 1):
+                if version in _ONLINE:
+                    if _index_state(conn, _ONLINE[version]) != "valid":
+                        return version
+                else:
+                    conn.execute(MIGRATIONS[version - 1])
+                conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (version,))
+                applied.append(version)
+        return None
 
     def _direct(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
         """One short-lived connection outside the pool, with the same retries."""
@@ -548,11 +752,51 @@ class PostgresBackend(StateBackend):
                     ) from exc
 
 
+def _configure(conn: _Connection, mode: bool | None) -> None:
+    """Each new pooled connection: prepare its hot statements as `?prepare=` says, or if safe."""
+    conn.prepare = mode if mode is not None else _prepares(conn)
+
+
+def _prepares(conn: psycopg.Connection[Any]) -> bool:
+    """Whether statements prepared on `conn` will still be there in its next transaction: only
+    when the session provably ends at PostgreSQL itself. The process id the server reports is
+    the one libpq got at connection start; a pooler (PgBouncer, pgcat, Odyssey, RDS Proxy...)
+    answers the start itself, with an id of its own, since it picks a server connection later,
+    per transaction. NAT, port forwarding and TCP proxies keep them equal (the session is still
+    one server process), so those keep the faster prepared statements."""
+    row = conn.execute("SELECT pg_backend_pid()").fetchone()
+    return row is not None and row[0] == conn.info.backend_pid
+
+
 def _release_pool(pool: ConnectionPool[Any], pid: int) -> None:
     if pid == os.getpid():
         pool.close()
     else:
         _INHERITED.append(pool)  # the parent's: closing it here would end its sessions
+
+
+def _index_state(conn: psycopg.Connection[Any], index: str) -> str:
+    """ "valid", "absent", "building" (another session's CREATE INDEX CONCURRENTLY is running)
+    or "invalid" (a build that died: its leftover must be dropped before building again)."""
+    row = conn.execute(
+        "SELECT i.indisvalid, EXISTS (SELECT FROM pg_stat_progress_create_index p "
+        "WHERE p.index_relid = i.indexrelid) FROM pg_index i WHERE i.indexrelid = to_regclass(%s)",
+        (index,),
+    ).fetchone()
+    if row is None:
+        return "absent"
+    return "valid" if row[0] else "building" if row[1] else "invalid"
+
+
+def _build_index(conn: psycopg.Connection[Any], *, index: str, sql: str) -> None:
+    """Build one index without blocking writers (autocommit: CONCURRENTLY cannot run in a
+    transaction). Waits while another migrator builds it; drops a dead build's leftover."""
+    while (state := _index_state(conn, index)) == "building":
+        time.sleep(0.5)
+    if state == "invalid":
+        conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index}")
+    if state != "valid":
+        conn.execute(sql)
 
 
 def _current_version(conn: psycopg.Connection[Any]) -> int | None:

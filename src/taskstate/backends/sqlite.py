@@ -36,9 +36,10 @@ from taskstate.backends.base import (
     Row,
     SchemaStatus,
     StateBackend,
+    like_matcher,
     prefix_upper_bound,
 )
-from taskstate.errors import BackendBusyError, BackendError, ConfigError
+from taskstate.errors import BackendBusyError, BackendError, ConfigError, DatabaseMissingError
 from taskstate.redaction import redact_url
 
 T = TypeVar("T")
@@ -71,7 +72,9 @@ MIGRATIONS: list[str] = [
     """,
 ]
 
-_GET = f"SELECT value, expires_at, updated_by FROM {TABLE} WHERE namespace = ? AND key = ?"
+_GET = (
+    f"SELECT value, expires_at, updated_by, updated_at FROM {TABLE} WHERE namespace = ? AND key = ?"
+)
 _SET = (
     f"INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
     "VALUES (?, ?, ?, ?, ?, ?) "
@@ -86,6 +89,49 @@ _CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE namespace >= ? AND namespace < ?"
 _COLUMNS = "namespace, key, value, expires_at, updated_at, updated_by"
 _SCAN_ALL = f"SELECT {_COLUMNS} FROM {TABLE} ORDER BY 1, 2"
 _SCAN_RANGE = f"SELECT {_COLUMNS} FROM {TABLE} WHERE namespace >= ? AND namespace < ? ORDER BY 1, 2"
+# Listings and discovery: ranges of the primary key (namespace, key), which orders the table.
+# A live row: taskstate.stored.is_live in SQL.
+_LIVE = "(expires_at IS NULL OR expires_at > :now)"
+_IN_NAMESPACE = "namespace = :ns AND key >= :lo"
+_ROWS = (
+    f"SELECT {_COLUMNS} FROM {TABLE} WHERE {_IN_NAMESPACE} AND {_LIVE} "
+    "ORDER BY key LIMIT :limit OFFSET :offset"
+)
+_ROWS_UNDER = _ROWS.replace(":lo", ":lo AND key < :hi")
+_COUNT_IN = (
+    f"SELECT count(*) FROM (SELECT 1 FROM {TABLE} WHERE {_IN_NAMESPACE} AND {_LIVE} LIMIT :cap)"
+)
+_COUNT_IN_UNDER = _COUNT_IN.replace(":lo", ":lo AND key < :hi")
+_COUNT_RANGE = (
+    f"SELECT count(*) FROM (SELECT 1 FROM {TABLE} "
+    f"WHERE namespace >= :lo AND namespace < :hi AND {_LIVE} LIMIT :cap)"
+)
+# A skip scan: one seek per distinct field, each to the first live row past the previous
+# field (its namespace with the field's end bumped from the separator, \x1f, to " ").
+_FIRST_FROM = (
+    f"SELECT namespace FROM {TABLE} WHERE namespace >= {{at}} AND namespace < :hi AND {_LIVE} "
+    "ORDER BY namespace LIMIT 1"
+)
+_REST = "substr(ns, :n + 1)"
+_FIELD_END = f"instr({_REST}, char(31))"
+_NEXT = {
+    True: "ns || char(1)",
+    False: f"CASE {_FIELD_END} WHEN 0 THEN ns || char(1) "
+    f"ELSE substr(ns, 1, :n + {_FIELD_END} - 1) || ' ' END",
+}
+_FIELD = {
+    True: _REST,
+    False: f"CASE {_FIELD_END} WHEN 0 THEN {_REST} ELSE substr(ns, :n + 1, {_FIELD_END} - 1) END",
+}
+_GROUPS = {
+    whole: (
+        f"WITH RECURSIVE skip(ns) AS (SELECT ({_FIRST_FROM.format(at=':lo')}) "
+        f"UNION ALL SELECT ({_FIRST_FROM.format(at=_NEXT[whole])}) FROM skip WHERE ns IS NOT NULL) "
+        f"SELECT {_FIELD[whole]} FROM skip WHERE ns IS NOT NULL"
+    )
+    for whole in (True, False)
+}
+_TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= ?"
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
 # Bounded: one bound parameter however large the batch (stock SQLite caps variables at 999/32766).
@@ -228,8 +274,11 @@ os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
 class SQLiteBackend(StateBackend):
-    def __init__(self, url: str, *, busy_timeout_s: float = 60.0) -> None:
+    def __init__(self, url: str, *, busy_timeout_s: float = 60.0, create: bool = True) -> None:
+        """`create=False`: a missing file is a `DatabaseMissingError` instead of a new, empty
+        database (so a read with a mistyped path does not leave a file behind)."""
         self.url = url
+        self._create = create
         self.path = path_from_url(url)
         options = {k: v[-1].lower() for k, v in parse_qs(urlsplit(url).query).items()}
         self._synchronous = options.get("synchronous", "normal")
@@ -264,6 +313,12 @@ class SQLiteBackend(StateBackend):
         return BackendError(f"the state database {self.path}: {exc}")
 
     def _open(self) -> sqlite3.Connection:
+        if not self._create and not self.path.exists():
+            raise DatabaseMissingError(
+                f"there is no state database at {self.path}: nothing was written there yet, or "
+                "the path is mistyped (check --url or [state_store] taskstate_url); reads do "
+                "not create it, a write does"
+            )
         try:
             _create_private(self.path)
         except OSError as exc:
@@ -392,6 +447,53 @@ class SQLiteBackend(StateBackend):
                 slot.scans -= 1
         except sqlite3.Error as exc:
             raise self._error(exc) from exc
+
+    @_typed_errors
+    def rows(
+        self, namespace: str, now: float, *, key_prefix: str = "", limit: int = -1, offset: int = 0
+    ) -> list[Row]:
+        params = {"ns": namespace, "lo": key_prefix, "now": now, "limit": limit, "offset": offset}
+        if key_prefix:
+            params["hi"] = prefix_upper_bound(key_prefix)
+        sql = _ROWS_UNDER if key_prefix else _ROWS
+        return [Row(*row) for row in self._conn().execute(sql, params)]
+
+    @_typed_errors
+    def count(
+        self,
+        prefix: str,
+        now: float,
+        *,
+        exact: bool = False,
+        key_prefix: str = "",
+        cap: int | None = None,
+    ) -> int:
+        params: dict[str, Any] = {"now": now, "cap": -1 if cap is None else cap}
+        if exact:
+            params.update(ns=prefix, lo=key_prefix)
+            if key_prefix:
+                params["hi"] = prefix_upper_bound(key_prefix)
+            sql = _COUNT_IN_UNDER if key_prefix else _COUNT_IN
+        else:
+            params.update(lo=prefix, hi=prefix_upper_bound(prefix) if prefix else _TOP)
+            sql = _COUNT_RANGE
+        return int(self._conn().execute(sql, params).fetchone()[0])
+
+    @_typed_errors
+    def groups(
+        self, prefix: str, now: float, *, whole: bool = False, start: str = "", like: str = ""
+    ) -> list[str]:
+        lo = prefix + start
+        params = {"lo": lo, "hi": prefix_upper_bound(lo) if lo else _TOP, "now": now}
+        fields = [
+            row[0] for row in self._conn().execute(_GROUPS[whole], {**params, "n": len(prefix)})
+        ]
+        if not like:
+            return fields
+        # Filtered here, not with SQL LIKE: SQLite's LIKE ignores ASCII case. The list holds
+        # one entry per distinct field in range, never rows.
+        match = like_matcher(like)
+        return [field for field in fields if match(field)]
 
     @_typed_errors
     def count_expired(self, now: float) -> int:

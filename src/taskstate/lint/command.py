@@ -53,7 +53,11 @@ def _codes(values: tuple[str, ...]) -> tuple[str, ...]:
     help="pyproject.toml to read [tool.taskstate.lint] from (default: the nearest one).",
 )
 @click.option("--fix", is_flag=True, help="Apply the safe mechanical fixes (e.g. TS601) in place.")
-@click.option("--diff", is_flag=True, help="Print the fixes as a unified diff; change no file.")
+@click.option(
+    "--diff",
+    is_flag=True,
+    help="Print the fixes as a unified diff on stdout (the report goes to stderr); change no file.",
+)
 @click.option(
     "--max-per-code",
     type=click.IntRange(min=0),
@@ -133,7 +137,9 @@ def lint(
             output_file.write_text(click.unstyle(report) + "\n", encoding="utf-8")
         except OSError as exc:
             raise click.UsageError(f"cannot write the report to {output_file}: {exc}") from exc
-    elif not diff or output_format != "text" or any(r.findings for r in results):
+    elif diff:  # stdout carries the diff alone, so it pipes into `git apply` / `patch`
+        click.echo(report, err=True, color=color)
+    else:
         click.echo(report, color=color)
     sys.exit(_exit_status(results, changed and diff))
 

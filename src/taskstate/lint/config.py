@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from taskstate.errors import ConfigError
+from taskstate.lint.rules import RULES
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -43,6 +44,8 @@ class LintConfig:
         self, select: tuple[str, ...] | None, ignore: tuple[str, ...] | None
     ) -> LintConfig:
         """Command-line flags: --select replaces the configured selection, --ignore adds."""
+        check_codes("--select", select or ())
+        check_codes("--ignore", ignore or ())
         return replace(
             self,
             select=tuple(select) if select else self.select,
@@ -67,6 +70,17 @@ class LintConfig:
         except ValueError:
             relative = candidate.as_posix()
         return fnmatch.fnmatch(relative, pattern) or fnmatch.fnmatch(candidate.name, pattern)
+
+
+def check_codes(where: str, prefixes: tuple[str, ...]) -> None:
+    """Refuse a code or prefix that names no rule: a typo (`XX9`, `TS19`) would otherwise
+    select nothing, and the linter would pass silently in CI."""
+    unknown = [p for p in prefixes if p != "ALL" and not any(c.startswith(p) for c in RULES)]
+    if unknown:
+        raise ConfigError(
+            f"{where}: unknown rule code(s) {', '.join(unknown)}; codes are TS101...TS901, "
+            "a prefix such as TS1, or ALL (taskstate lint --rules lists them)"
+        )
 
 
 def _matches(code: str, prefixes: tuple[str, ...]) -> bool:
@@ -106,11 +120,11 @@ def load(path: Path | None, start: Path) -> LintConfig:
     if version is not None and not isinstance(version, str):
         raise ConfigError(f'{path}: airflow-version must be a string such as "2.10"')
     return LintConfig(
-        select=_codes(path, "select", table.get("select", ["TS"])),
-        ignore=_codes(path, "ignore", table.get("ignore", [])),
-        exclude=_codes(path, "exclude", table.get("exclude", [])),
+        select=_rule_codes(path, "select", table.get("select", ["TS"])),
+        ignore=_rule_codes(path, "ignore", table.get("ignore", [])),
+        exclude=_strings(path, "exclude", table.get("exclude", [])),
         per_file_ignores=tuple(
-            (pattern, _codes(path, f"per-file-ignores.{pattern}", codes))
+            (pattern, _rule_codes(path, f"per-file-ignores.{pattern}", codes))
             for pattern, codes in per_file.items()
         ),
         airflow_version=version,
@@ -129,7 +143,13 @@ def _table(path: Path) -> dict[str, Any] | None:
     return table if isinstance(table, dict) else None
 
 
-def _codes(path: Path, key: str, value: Any) -> tuple[str, ...]:
+def _strings(path: Path, key: str, value: Any) -> tuple[str, ...]:
     if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
         raise ConfigError(f"{path}: {key} must be a list of strings")
     return tuple(value)
+
+
+def _rule_codes(path: Path, key: str, value: Any) -> tuple[str, ...]:
+    codes = _strings(path, key, value)
+    check_codes(f"{path}: {key}", codes)
+    return codes

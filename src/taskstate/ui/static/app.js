@@ -280,14 +280,17 @@
     show(...parts);
   }
 
+  // Discovery counts stop past 10,000 keys (the API answers 10001): shown as "10000+".
+  const keyCount = (n) => (n > 10000 ? "10000+" : n);
+
   async function homeView() {
     const offset = Number(params.get("offset") || 0);
     const [dags, assets] = await Promise.all([
       getJson("dags", { limit: PAGE_SIZE, offset }),
       getJson("assets", { limit: 100 }),
     ]);
-    const dagRows = dags.dags.map((d) => [h("a", { href: href({ dag_id: d.dag_id }) }, d.dag_id), d.keys]);
-    const assetRows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), a.keys]);
+    const dagRows = dags.dags.map((d) => [h("a", { href: href({ dag_id: d.dag_id }) }, d.dag_id), keyCount(d.keys)]);
+    const assetRows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), keyCount(a.keys)]);
     show(
       h("h1", {}, "State"), status, alertBox,
       h("h2", { id: "ts-dags" }, "DAGs with task state"),
@@ -300,7 +303,7 @@
   async function assetsView() {
     const offset = Number(params.get("offset") || 0);
     const assets = await getJson("assets", { limit: PAGE_SIZE, offset });
-    const rows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), a.keys]);
+    const rows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), keyCount(a.keys)]);
     show(
       crumbs([["State", href({})], ["Assets"]]),
       h("h1", {}, "Assets with state"), status, alertBox,
@@ -311,7 +314,7 @@
   async function runsView(dagId) {
     const offset = Number(params.get("offset") || 0);
     const runs = await getJson(`dags/${keyPath(dagId)}/dagRuns`, { limit: PAGE_SIZE, offset });
-    const rows = runs.dag_runs.map((r) => [h("a", { href: href({ dag_id: dagId, run_id: r.dag_run_id }) }, r.dag_run_id), r.keys]);
+    const rows = runs.dag_runs.map((r) => [h("a", { href: href({ dag_id: dagId, run_id: r.dag_run_id }) }, r.dag_run_id), keyCount(r.keys)]);
     show(
       crumbs([["State", href({})], [dagId]]),
       h("h1", {}, `Runs of ${dagId} with state`), status, alertBox,
@@ -332,7 +335,7 @@
     const instances = await allTaskInstances(dagId, runId);
     const rows = instances.map((ti) => [
       h("a", { href: href({ dag_id: dagId, run_id: runId, task_id: ti.task_id, map_index: ti.map_index }) }, ti.task_id),
-      ti.map_index === -1 ? "not mapped" : ti.map_index, ti.keys]);
+      ti.map_index === -1 ? "not mapped" : ti.map_index, keyCount(ti.keys)]);
     show(
       crumbs([["State", href({})], [dagId, href({ dag_id: dagId })], [runId]]),
       h("h1", {}, `Task instances of ${runId} with state`), status, alertBox,

@@ -1,0 +1,220 @@
+"""Discovery: which DAGs, runs, task instances and assets hold live state, one page at a time,
+seen through what a caller may read (the HTTP API's discovery routes and the UI use it).
+
+Every listing is indexed backend queries, never a read of every row:
+- the distinct DAGs / runs / task instances / assets come from `StateBackend.groups`, a skip
+  scan over the namespace index (one seek per distinct item in range, each landing on a live
+  row: expired rows never show);
+- a token's DAG-id glob narrows the range to its literal prefix (`etl_*` seeks only among
+  namespaces starting `etl_`) and becomes an SQL LIKE pattern with `_`/`%` escaped, so `etl_*`
+  never matches `etlx`;
+- key counts are computed for the page's items only, each an index range count that stops at
+  `KEY_COUNT_CAP + 1` (shown as "10000+").
+
+Why a skip scan and not a scope catalog (a table of namespaces kept in each write's
+transaction) or namespace components as columns: the catalog costs every `set` a second
+statement and a second lock, and a catalog row per DAG would serialise that DAG's writers; the
+columns would widen every row and every index for what the namespace index already orders.
+The skip scan costs the write path nothing, and a listing reads one index entry per distinct
+item (a DAG's runs, a run's task instances) plus one range count per item on the page.
+
+A token that pins a run, task or map index (`Reach`) is honoured in SQL too: counts cover only
+what it may read, and items where it may read nothing are left out (so for such a token every
+candidate item is counted, not only the page's).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from taskstate.backends.base import StateBackend
+from taskstate.scope import ASSET_PREFIX, SEP, AssetScope, parse_namespace, task_prefix
+from taskstate.stored import Page
+
+KEY_COUNT_CAP = 10_000  # key counts stop here: a count of KEY_COUNT_CAP + 1 means "more"
+TASKS = "t" + SEP  # every task namespace starts with it
+
+MayTask = Callable[[str, str, str, "int | None"], bool]
+MayAsset = Callable[[AssetScope], bool]
+
+
+@dataclass(frozen=True)
+class Reach:
+    """What a caller may list, as far as the database can narrow it: DAG-id globs (fnmatch;
+    None = every DAG) and a pinned run, task and map index. The `may_task` / `may_asset`
+    predicates the listings take decide the rest, item by item; at the DAG and run levels they
+    see the pinned fields, or "" for a field not pinned."""
+
+    dag_globs: tuple[str, ...] | None = None
+    run_id: str | None = None
+    task_id: str | None = None
+    map_index: int | None = None
+
+    @property
+    def pinned(self) -> bool:
+        return (self.run_id, self.task_id, self.map_index) != (None, None, None)
+
+
+EVERYTHING = Reach()
+
+
+def _allow_all_tasks(dag_id: str, run_id: str, task_id: str, map_index: int | None) -> bool:
+    return True
+
+
+def _allow_all_assets(asset: AssetScope) -> bool:
+    return True
+
+
+def glob_to_like(glob: str) -> tuple[str, str]:
+    """An fnmatch glob as (literal prefix, SQL LIKE pattern with escape `\\`). The prefix bounds
+    the index range to seek in; the pattern (`%`, `_` and `\\` in the name escaped) filters the
+    fields found. A glob with a `[...]` class has no LIKE equivalent: the pattern is then the
+    prefix followed by `%` (the caller's predicate filters exactly)."""
+    cut = min((i for i, c in enumerate(glob) if c in "*?["), default=len(glob))
+    prefix = glob[:cut]
+    if "[" in glob:
+        return prefix, _escape(prefix) + "%"
+    like = "".join("%" if c == "*" else "_" if c == "?" else _escape(c) for c in glob)
+    return prefix, like
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _window(items: list[str], limit: int, offset: int) -> list[str]:
+    return items[offset : offset + limit] if limit > 0 else []
+
+
+class Discovery:
+    """The listings, over one backend at one moment (`now`: expired rows never show)."""
+
+    def __init__(self, backend: StateBackend, now: float) -> None:
+        self.backend = backend
+        self.now = now
+
+    def _count(self, prefix: str, *, exact: bool = False) -> int:
+        return self.backend.count(prefix, self.now, exact=exact, cap=KEY_COUNT_CAP + 1)
+
+    def _visible(
+        self, dag_id: str, run_id: str | None, task_id: str | None, map_index: int | None
+    ) -> int:
+        """Live keys under the given fields (None: any), counted in index ranges; capped."""
+        if run_id is None:
+            if task_id is None and map_index is None:
+                return self._count(task_prefix(dag_id))
+            runs = self.backend.groups(task_prefix(dag_id), self.now)
+            return self._sum(self._visible(dag_id, run, task_id, map_index) for run in runs)
+        if map_index is None:
+            return self._count(task_prefix(dag_id, run_id, task_id))
+        if task_id is not None:
+            return self._count(task_prefix(dag_id, run_id, task_id) + str(map_index), exact=True)
+        prefix = task_prefix(dag_id, run_id)
+        tis = self.backend.groups(prefix, self.now, whole=True)
+        wanted = SEP + str(map_index)
+        return self._sum(self._count(prefix + ti, exact=True) for ti in tis if ti.endswith(wanted))
+
+    @staticmethod
+    def _sum(counts: Iterable[int]) -> int:
+        total = 0
+        for n in counts:
+            total += n
+            if total > KEY_COUNT_CAP:
+                break
+        return min(total, KEY_COUNT_CAP + 1)
+
+    def _counted(
+        self, items: list[str], count: Callable[[str], int], reach: Reach, limit: int, offset: int
+    ) -> Page[tuple[str, int]]:
+        """Page `items`; with pins, drop the items where the caller may read nothing first."""
+        if reach.pinned:
+            counted = [(item, n) for item in items if (n := count(item))]
+            return Page(counted[offset : offset + limit] if limit > 0 else [], len(counted))
+        return Page([(item, count(item)) for item in _window(items, limit, offset)], len(items))
+
+    def dags(
+        self,
+        *,
+        reach: Reach = EVERYTHING,
+        may_task: MayTask = _allow_all_tasks,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Page[tuple[str, int]]:
+        """DAG ids holding live task state the caller may read, with their key counts."""
+        if reach.dag_globs is None:
+            found = set(self.backend.groups(TASKS, self.now))
+        else:
+            found = set()
+            for glob in reach.dag_globs:
+                start, like = glob_to_like(glob)
+                found.update(self.backend.groups(TASKS, self.now, start=start, like=like))
+        run, task, index = reach.run_id, reach.task_id, reach.map_index
+        dags = sorted(d for d in found if may_task(d, run or "", task or "", index))
+        return self._counted(
+            dags, lambda dag: self._visible(dag, run, task, index), reach, limit, offset
+        )
+
+    def runs(
+        self,
+        dag_id: str,
+        *,
+        reach: Reach = EVERYTHING,
+        may_task: MayTask = _allow_all_tasks,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Page[tuple[str, int]]:
+        """Run ids of one DAG holding live state the caller may read, with their key counts."""
+        task, index = reach.task_id, reach.map_index
+        if reach.run_id is not None:
+            runs = [reach.run_id]
+        else:
+            runs = self.backend.groups(task_prefix(dag_id), self.now)
+        runs = [r for r in runs if may_task(dag_id, r, task or "", index)]
+        return self._counted(
+            runs, lambda run: self._visible(dag_id, run, task, index), reach, limit, offset
+        )
+
+    def task_instances(
+        self,
+        dag_id: str,
+        run_id: str,
+        *,
+        reach: Reach = EVERYTHING,
+        may_task: MayTask = _allow_all_tasks,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Page[tuple[str, int, int]]:
+        """(task_id, map_index, keys) of one run's task instances holding live state the caller
+        may read, by task id then map index (as a number)."""
+        prefix = task_prefix(dag_id, run_id)
+        start = "" if reach.task_id is None else reach.task_id + SEP
+        found = []
+        for field in self.backend.groups(prefix, self.now, whole=True, start=start):
+            task, _, index = field.rpartition(SEP)
+            if may_task(dag_id, run_id, task, int(index)):
+                found.append((task, int(index)))
+        found.sort()
+        window = found[offset : offset + limit] if limit > 0 else []
+        items = [
+            (task, index, self._count(f"{prefix}{task}{SEP}{index}", exact=True))
+            for task, index in window
+        ]
+        return Page(items, len(found))
+
+    def assets(
+        self,
+        *,
+        may_asset: MayAsset = _allow_all_assets,
+        limit: int = 50,
+        offset: int = 0,
+    ) -> Page[tuple[str, int]]:
+        """Asset identities holding state the caller may read, with their key counts."""
+        found = self.backend.groups(ASSET_PREFIX, self.now, whole=True)
+        # parse_namespace, not AssetScope(...): a name written before today's rules still lists.
+        names = [n for n in found if may_asset(parse_namespace(ASSET_PREFIX + n))]  # type: ignore[arg-type]
+        return Page(
+            [(n, self._count(ASSET_PREFIX + n, exact=True)) for n in _window(names, limit, offset)],
+            len(names),
+        )

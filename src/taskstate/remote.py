@@ -1,0 +1,295 @@
+"""The accessors over HTTP, at the value level: what `StateStore(http(s)://...)` hands out.
+
+A value is encoded once, here, checked against the same key, scope and value rules as a local
+write (so a refusal costs no round trip and reads the same), and sent as JSON; the server
+applies its store's rules again, stamps its own clock and records the writer from the
+credentials. Expiry is a retention (`expires_in`), counted by the server's clock.
+
+Atomic updates (`update`, `compare_and_set`) are GET-with-ETag → compute → `PUT If-Match`
+(`If-None-Match: *` to create) → again on 412, so writers on other machines lose nothing. Each
+attempt carries a write id (`X-Taskstate-Write-Id`) that the server keeps with the row: when a
+sent write's answer is lost (timeout, reset), the next read tells whether it landed — if the
+row holds the id, that attempt's result is returned instead of applying `fn` again.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from taskstate import wire
+from taskstate.accessors import AssetStateStore, TaskStateStore, _Accessor
+from taskstate.backends.http import HttpBackend, OutcomeUnknownError, Request, json_body
+from taskstate.errors import BackendError, KeyNotFoundError, PreconditionFailedError
+from taskstate.scope import AssetScope, TaskScope, check_writable
+from taskstate.stored import DEFAULT_EXPIRY, KEEP_EXPIRY, Expiry, Page, StoredEntry
+from taskstate.values import JsonValue, check_key, check_size, encode_value, expires_at
+
+if TYPE_CHECKING:
+    from taskstate.store import StateStore
+
+T = TypeVar("T")
+ATTEMPTS = 100  # 412s in a row before giving up (each means another writer won)
+
+
+class _Remote(_Accessor):
+    """What the task and asset accessors over HTTP share: one route, its query, the wire."""
+
+    def __init__(
+        self, store: StateStore, scope: TaskScope | AssetScope, writer: Any = None
+    ) -> None:
+        super().__init__(store, scope, writer)
+        assert isinstance(store.backend, HttpBackend)
+        self._http = store.backend.http
+        if isinstance(scope, TaskScope):
+            self._path = wire.task_path(scope)
+            self._query: dict[str, Any] = {wire.MAP_INDEX: scope.map_index}
+            self._items = wire.TASK_ITEMS
+        else:
+            self._path = wire.ASSET_STATE
+            self._query = {wire.NAME: scope.identity}
+            self._items = wire.ASSET_ITEMS
+
+    # -- requests (data, so the sync and async paths share them) ---------------------------
+
+    def _get_request(self, key: str) -> Request:
+        check_key(key)
+        return Request("GET", wire.key_path(self._path, key), self._query)
+
+    def _put_request(
+        self, key: str, text: str, fields: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> Request:
+        idempotent = not headers  # a conditional write's outcome must be resolved by a read
+        return Request(
+            "PUT",
+            wire.key_path(self._path, key),
+            self._query,
+            json_body(fields, text),
+            headers,
+            idempotent=idempotent,
+        )
+
+    def _delete_request(self, key: str) -> Request:
+        check_key(key)
+        return Request("DELETE", wire.key_path(self._path, key), self._query)
+
+    def _clear_request(self) -> Request:
+        return Request("DELETE", self._path, self._query)
+
+    def _encoded(self, key: str, value: object) -> str:
+        check_key(key)
+        check_writable(self.scope)
+        text = encode_value(value)
+        check_size(text, self._limit, key, offload_configured=False)
+        return text
+
+    def _expiry_fields(self, retention: object) -> dict[str, Any]:
+        return {}
+
+    @staticmethod
+    def _entry(response: Any) -> StoredEntry | None:
+        if response.status_code == 404:
+            return None
+        return wire.entry_from_json(response.json(), wire.unquoted(response.headers.get("etag")))
+
+    # -- reading --------------------------------------------------------------------------
+
+    def get(self, key: str, default: Any = None) -> Any:
+        entry = self.entry(key)
+        return default if entry is None else entry.value
+
+    def entry(self, key: str) -> StoredEntry | None:
+        try:
+            return self._entry(self._http.send(self._get_request(key)))
+        except KeyNotFoundError:
+            return None
+
+    def page(self, *, limit: int = 50, offset: int = 0, key_prefix: str = "") -> Page[StoredEntry]:
+        items: list[StoredEntry] = []
+        total = 0
+        while True:
+            want = min(limit - len(items), wire.MAX_PAGE)
+            query = {**self._query, wire.LIMIT: max(want, 0), wire.OFFSET: offset + len(items)}
+            if key_prefix:
+                query[wire.KEY_PREFIX] = key_prefix
+            body = self._http.send(Request("GET", self._path, query)).json()
+            got = [wire.entry_from_json(item) for item in body[self._items]]
+            items.extend(got)
+            total = int(body[wire.TOTAL])
+            if not got or len(items) >= limit or offset + len(items) >= total:
+                return Page(items, total)
+
+    def _all(self) -> list[StoredEntry]:
+        return self.page(limit=1 << 62).items
+
+    def keys(self) -> list[str]:
+        return [entry.key for entry in self._all()]
+
+    def items(self) -> list[tuple[str, Any]]:
+        return [(entry.key, entry.value) for entry in self._all()]
+
+    # -- writing --------------------------------------------------------------------------
+
+    def _set(self, key: str, value: object, retention: object) -> None:
+        text = self._encoded(key, value)
+        self._http.send(self._put_request(key, text, self._expiry_fields(retention)))
+
+    def write(
+        self,
+        key: str,
+        value: object,
+        *,
+        expires_at: float | Expiry | None = DEFAULT_EXPIRY,
+        if_match: str | None = None,
+        if_none_match: bool = False,
+        must_exist: bool = False,
+    ) -> StoredEntry:
+        """Write with an absolute expiry and optional preconditions (import, migration)."""
+        text = self._encoded(key, value)
+        if expires_at is KEEP_EXPIRY or must_exist:
+            current = self.entry(key)
+            if current is None:
+                raise KeyNotFoundError(f"no key {key!r} in {self.scope}")
+            if_match = if_match or current.etag
+            if expires_at is KEEP_EXPIRY:
+                expires_at = current.expires_at
+        fields: dict[str, Any] = {}
+        if isinstance(self.scope, TaskScope) and not isinstance(expires_at, Expiry):
+            fields[wire.EXPIRES_AT] = wire.iso(expires_at)
+        headers = {}
+        if if_match is not None:
+            headers[wire.IF_MATCH] = wire.quoted(if_match)
+        if if_none_match:
+            headers[wire.IF_NONE_MATCH] = "*"
+        response = self._http.send(self._put_request(key, text, fields, headers or None))
+        return StoredEntry(
+            key,
+            value,
+            time.time(),
+            None if isinstance(expires_at, Expiry) else expires_at,
+            None,
+            wire.unquoted(response.headers.get("etag")) or "",
+        )
+
+    def delete(self, key: str) -> None:
+        self._http.send(self._delete_request(key))
+
+    def clear(self) -> None:
+        self._http.send(self._clear_request())
+
+    def _atomic(
+        self, key: str, decide: Callable[[bool, Any], tuple[str | None, T]], retention: object
+    ) -> T:
+        """GET-with-ETag → decide → conditional PUT, again on 412; a lost answer is resolved
+        by the write id the next read shows."""
+        fields = self._expiry_fields(retention)
+        base = uuid.uuid4().hex
+        results: dict[str, T] = {}
+        for attempt in range(ATTEMPTS):
+            current = self.entry(key)
+            mine = _write_id(current)
+            if mine in results:  # a write whose answer was lost did land
+                return results[mine]
+            text, result = decide(current is not None, None if current is None else current.value)
+            if text is None:
+                return result
+            write_id = f"{base}-{attempt}"
+            headers = {wire.WRITE_ID_HEADER: write_id}
+            if current is None:
+                headers[wire.IF_NONE_MATCH] = "*"
+            else:
+                headers[wire.IF_MATCH] = wire.quoted(current.etag)
+            results[write_id] = result
+            try:
+                self._http.send(self._put_request(key, text, fields, headers))
+                return result
+            except PreconditionFailedError:
+                time.sleep(random.random() * min(0.002 * (attempt + 1), 0.05))
+            except OutcomeUnknownError:
+                continue  # the next read says whether it landed
+        raise BackendError(
+            f"the taskstate server at {self._http.host}: key {key!r} changed under "
+            f"{ATTEMPTS} attempts in a row to update it; try again"
+        )
+
+    # -- async twins: the event loop's own connections ------------------------------------
+
+    async def aget(self, key: str, default: Any = None) -> Any:
+        try:
+            entry = self._entry(await self._http.asend(self._get_request(key)))
+        except KeyNotFoundError:
+            return default
+        return default if entry is None else entry.value
+
+    async def adelete(self, key: str) -> None:
+        await self._http.asend(self._delete_request(key))
+
+    async def aclear(self) -> None:
+        await self._http.asend(self._clear_request())
+
+    async def _aset(self, key: str, value: object, retention: object) -> None:
+        text = self._encoded(key, value)
+        await self._http.asend(self._put_request(key, text, self._expiry_fields(retention)))
+
+
+def _write_id(entry: StoredEntry | None) -> str | None:
+    writer = None if entry is None else entry.updated_by
+    return writer.get(wire.WRITE_ID) if isinstance(writer, dict) else None
+
+
+class RemoteTaskState(_Remote, TaskStateStore):
+    """`TaskStateStore` over HTTP."""
+
+    def _expiry_fields(self, retention: object) -> dict[str, Any]:
+        # The retention, not an instant: the server's clock decides when it runs out.
+        after = expires_at(retention, self._default_days, 0.0)
+        return {wire.EXPIRES_IN: after} if after is not None else {wire.EXPIRES_AT: None}
+
+    def clear(self, *, all_map_indices: bool = False) -> None:
+        if not all_map_indices:
+            super().clear()
+            return
+        self._http.send(Request("DELETE", self._path, {wire.ALL_MAP_INDICES: "true"}))
+
+    async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
+        await self._aset(key, value, retention)
+
+
+class RemoteAssetState(_Remote, AssetStateStore):
+    """`AssetStateStore` over HTTP (asset state never expires)."""
+
+    async def aset(self, key: str, value: JsonValue) -> None:
+        await self._aset(key, value, None)
+
+
+class RemoteMeta:
+    """taskstate's markers of one task instance over HTTP (`MetaState`'s calls)."""
+
+    def __init__(self, store: StateStore, scope: TaskScope) -> None:
+        assert isinstance(store.backend, HttpBackend)
+        self._http = store.backend.http
+        self._path = wire.task_path(scope, wire.TASK_META)
+        self._query = {wire.MAP_INDEX: scope.map_index}
+
+    def get(self, key: str) -> Any:
+        try:
+            response = self._http.send(Request("GET", wire.key_path(self._path, key), self._query))
+        except KeyNotFoundError:
+            return None
+        return response.json()[wire.VALUE]
+
+    def set(
+        self, key: str, value: JsonValue, *, until: float | Expiry | None = DEFAULT_EXPIRY
+    ) -> None:
+        """`until` is the server's to decide (its default retention)."""
+        request = Request(
+            "PUT", wire.key_path(self._path, key), self._query, json_body({}, encode_value(value))
+        )
+        self._http.send(request)
+
+    def clear(self) -> None:
+        self._http.send(Request("DELETE", self._path, self._query))

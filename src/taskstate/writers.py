@@ -1,0 +1,64 @@
+"""Who wrote a key: the writer vocabulary, in its one place.
+
+`kind` stays inside Airflow 3.3's writer enum (`task`, `watcher`, `api`), so a record means the
+same in Airflow's store and UI after `taskstate migrate-to-airflow`. A write that did not come
+from a task is `api`; `via` says which of taskstate's doors it came through, and `user` /
+`subject` who used it:
+
+- `{"kind": "task", "dag_id", "run_id", "task_id", "map_index"}`: a task's own write — the
+  default of a task accessor, inside Airflow and in plain Python (`writer=` says otherwise);
+- `{"kind": "api", "subject": ...}`: the HTTP API, as the caller's credentials name it;
+- `{"kind": "api", "via": "cli", "user": <OS user>}`: `taskstate task set` / `asset set` /
+  `variables migrate`;
+- `{"kind": "api", "via": "import", "user": <OS user>}`: a line of an export file written before
+  lines carried their writer (a line that carries one keeps it);
+- `None`: unknown (rows older than schema 2; an asset written in plain Python without `writer=`).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from typing import Any, Final
+
+from taskstate.scope import TaskScope
+
+Writer = dict[str, Any]
+"""A writer record as above: JSON-able, stored as compact JSON text beside the value."""
+
+KINDS: Final = ("task", "watcher", "api")  # Airflow's AssetStateStoreWriterKind
+
+
+def task_writer(scope: TaskScope) -> Writer:
+    """The writer identity of a task instance (what its own writes record)."""
+    return {
+        "kind": "task",
+        "dag_id": scope.dag_id,
+        "run_id": scope.run_id,
+        "task_id": scope.task_id,
+        "map_index": scope.map_index,
+    }
+
+
+def cli_writer() -> Writer:
+    """A person at the `taskstate` command, named by their operating-system account."""
+    return {"kind": "api", "via": "cli", "user": os_user()}
+
+
+def import_writer() -> Writer:
+    """An imported line that does not say who wrote it."""
+    return {"kind": "api", "via": "import", "user": os_user()}
+
+
+def os_user() -> str:
+    """The login name, or the numeric uid where the account has none (a container's
+    arbitrary uid: getpass raises there)."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
+def writer_text(writer: Writer | None) -> str | None:
+    return None if writer is None else json.dumps(writer, separators=(",", ":"), sort_keys=True)

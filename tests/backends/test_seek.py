@@ -1,0 +1,251 @@
+"""Point operations touch one row, listings and discovery seek (issue 22): the statements each
+operation sends are counted through the backend (SQLite's trace callback, libpq's protocol
+trace), and the plans of the listing and discovery queries are read with EXPLAIN on a store
+bulk-loaded with 20,000 rows."""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from taskstate import StateStore, TaskScope
+from taskstate.backends import postgres as pg
+from taskstate.backends import sqlite as lite
+from taskstate.backends.postgres import PostgresBackend
+from taskstate.backends.sqlite import SQLiteBackend
+from taskstate.scope import ASSET_PREFIX, task_prefix
+from taskstate.settings import Settings
+
+NOW = 1_800_000_000.0
+BIG = TaskScope("dag_007", "run_2", "task_3")  # one task instance with many keys
+BIG_KEYS = 2_000
+
+
+def _rows() -> Iterator[tuple[str, str, str, float | None, float]]:
+    """20,000 rows: 40 DAGs x 5 runs x 10 tasks (task_9 mapped over 4 indices) x 10 keys, a
+    2,000-key task instance, assets, and expired rows."""
+    for d in range(40):
+        for r in range(5):
+            for t in range(10):
+                for index in range(4) if t == 9 else (-1,):
+                    ns = TaskScope(f"dag_{d:03}", f"run_{r}", f"task_{t}", index).namespace
+                    expires = NOW - 1 if (d + r + t) % 7 == 0 else NOW + 86400
+                    for k in range(10 if (d, r, t) != (7, 2, 3) else BIG_KEYS):
+                        yield ns, f"key_{k:05}", "1", expires, NOW - 60
+    for a in range(200):
+        yield ASSET_PREFIX + f"asset_{a:03}", "w", "1", None, NOW - 60
+
+
+def _statements(store: StateStore, trace: Callable[[Callable[[], object]], list[str]]) -> None:
+    """Every point operation through the store: one statement each (atomic ones: their lock,
+    read and write, in one transaction), each naming the one key."""
+    state = store.task_state(BIG)
+    expected = {
+        "get": (lambda: state.get("key_00500"), 1),
+        "entry": (lambda: state.entry("key_00500"), 1),
+        "set": (lambda: state.set("key_00500", 2), 1),
+        "delete": (lambda: state.delete("key_00501"), 1),
+        "update": (lambda: state.update("key_00502", lambda v: (v or 0) + 1), 2),
+        "compare_and_set": (lambda: state.compare_and_set("key_00503", 1, 3), 2),
+    }
+    for name, (operation, reads_and_writes) in expected.items():
+        sent = trace(operation)
+        data = [s for s in sent if s not in ("BEGIN", "BEGIN IMMEDIATE", "COMMIT")]
+        assert len(data) == reads_and_writes, (name, sent)
+        assert all("key" in s for s in data), (name, sent)  # each one picks one key
+    assert state.entry("key_00500").value == 2  # type: ignore[union-attr]
+    state.set("key_00501", 1)  # the module's store keeps its 2,000 keys for the next test
+
+
+# -- SQLite -----------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def sqlite_url() -> Iterator[str]:
+    with tempfile.TemporaryDirectory() as tmp:
+        url = f"sqlite:///{tmp}/state.db"
+        backend = SQLiteBackend(url)
+        conn = backend._conn()
+        with backend._write_transaction(conn):
+            conn.executemany(
+                f"INSERT INTO {lite.TABLE} (namespace, key, value, expires_at, updated_at) "
+                "VALUES (?, ?, ?, ?, ?)",
+                _rows(),
+            )
+        conn.execute("ANALYZE")
+        backend.close()
+        yield url
+
+
+def test_sqlite_point_operations_send_one_statement_for_one_key(sqlite_url: str) -> None:
+    with StateStore(sqlite_url, settings=Settings(), clock=lambda: NOW) as store:
+        conn = store.backend._conn()  # type: ignore[attr-defined]
+
+        def trace(operation: Callable[[], object]) -> list[str]:
+            sent: list[str] = []
+            conn.set_trace_callback(sent.append)
+            try:
+                operation()
+            finally:
+                conn.set_trace_callback(None)
+            return sent
+
+        _statements(store, trace)
+
+
+def _sqlite_plan(conn: Any, sql: str, params: dict[str, Any]) -> str:
+    return "\n".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+
+def test_sqlite_listings_and_discovery_seek_the_primary_key(sqlite_url: str) -> None:
+    backend = SQLiteBackend(sqlite_url)
+    conn = backend._conn()
+    ns = BIG.namespace
+    dag = task_prefix("dag_007")
+    for sql, params in [
+        (lite._GET, {}),
+        (lite._ROWS, {"ns": ns, "lo": "", "now": NOW, "limit": 50, "offset": 0}),
+        (lite._COUNT_IN, {"ns": ns, "lo": "", "now": NOW, "cap": -1}),
+        (lite._COUNT_RANGE, {"lo": dag, "hi": dag[:-1] + " ", "now": NOW, "cap": 10001}),
+        (lite._GROUPS[False], {"lo": "t\x1f", "hi": "t ", "now": NOW, "n": 2}),
+        (lite._GROUPS[True], {"lo": dag, "hi": dag[:-1] + " ", "now": NOW, "n": len(dag)}),
+    ]:
+        plan = _sqlite_plan(conn, sql, params if params else ("ns", "k"))  # type: ignore[arg-type]
+        tables = re.findall(rf"(SCAN|SEARCH) {lite.TABLE}\b(.*)", plan)
+        assert tables and all(kind == "SEARCH" and "PRIMARY KEY" in how for kind, how in tables), (
+            sql,
+            plan,
+        )
+    # ...and they answer: the first page of the 2,000-key task instance, discovery's levels.
+    assert len(backend.rows(ns, NOW, limit=50)) == 50
+    assert backend.count(ns, NOW, exact=True) == BIG_KEYS
+    assert len(backend.groups("t\x1f", NOW)) == 40
+    backend.close()
+
+
+# -- PostgreSQL -------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def postgres_store_url(postgres_url: str) -> Iterator[str]:
+    name = "seek_bulk"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name}")
+        admin.execute(f"CREATE DATABASE {name}")
+    url = postgres_url.rsplit("/", 1)[0] + "/" + name
+    PostgresBackend(url).migrate()
+    with psycopg.connect(url, autocommit=True) as conn:
+        with conn.cursor().copy(
+            f"COPY {pg.TABLE} (namespace, key, value, expires_at, updated_at) FROM STDIN"
+        ) as copy:
+            for row in _rows():
+                copy.write_row(row)
+        conn.execute(f"ANALYZE {pg.TABLE}")
+    yield url
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.mark.postgres
+def test_postgres_point_operations_send_one_statement_for_one_key(
+    postgres_store_url: str,
+) -> None:
+    backend = PostgresBackend(postgres_store_url, pool_size=1)  # every call on one connection
+    with StateStore(settings=Settings(), backend=backend, clock=lambda: NOW) as store:
+        pool = backend._pool()
+        parsed: dict[str, str] = {}  # prepared statements outlive one trace
+
+        def trace(operation: Callable[[], object]) -> list[str]:
+            with tempfile.TemporaryFile() as log:
+                conn = pool.getconn()
+                conn.pgconn.trace(log.fileno())
+                conn.pgconn.set_trace_flags(psycopg.pq.Trace.SUPPRESS_TIMESTAMPS)
+                pool.putconn(conn)
+                try:
+                    operation()
+                finally:
+                    conn = pool.getconn()
+                    conn.pgconn.untrace()
+                    pool.putconn(conn)
+                log.seek(0)
+                return _sent(log.read().decode("utf-8", "replace"), parsed)
+
+        _statements(store, trace)
+
+
+def _sent(trace: str, texts: dict[str, str]) -> list[str]:
+    """The statements in a libpq trace: each simple Query's text, and each extended-protocol
+    Execute as the text of the statement its Bind named (parsed maybe in an earlier trace:
+    `texts` keeps them)."""
+    sent: list[str] = []
+    bound = ""
+    for line in trace.splitlines():
+        fields = line.split("\t")
+        if len(fields) < 4 or fields[0] != "F":
+            continue
+        message, rest = fields[2], fields[3]
+        if message == "Query":
+            sent.append(rest.strip().strip('"'))
+        elif message == "Parse":
+            name, _, text = rest.strip().partition(" ")
+            texts[name.strip('"')] = text
+        elif message == "Bind":
+            bound = rest.strip().split(" ")[1].strip('"')
+        elif message == "Execute":
+            sent.append(texts.get(bound, "?"))
+    return sent
+
+
+def _pg_plan(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) -> list[str]:
+    """Every plan node as "<node type> <relation> <index>"."""
+    (plan,) = conn.execute("EXPLAIN (FORMAT JSON) " + sql, params).fetchone()  # type: ignore[misc]
+    nodes: list[str] = []
+
+    def walk(node: dict[str, Any]) -> None:
+        nodes.append(
+            f"{node['Node Type']} {node.get('Relation Name', '')} {node.get('Index Name', '')}"
+        )
+        for child in node.get("Plans", []):
+            walk(child)
+
+    walk((plan if isinstance(plan, list) else json.loads(plan))[0]["Plan"])
+    return nodes
+
+
+@pytest.mark.postgres
+def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: str) -> None:
+    ns, dag = BIG.namespace, task_prefix("dag_007")
+    live = {"now": NOW}
+    in_ns = {"ns": ns, "lo": "", "hi": None, **live}
+    dag_range = {"lo": dag, "hi": dag[:-1] + " ", **live}
+    with psycopg.connect(postgres_store_url, autocommit=True) as conn:
+        for sql, params, index in [
+            (pg._ROWS, {**in_ns, "limit": 50, "offset": 0}, f"{pg.TABLE}_keys"),
+            # Both lead with the namespace's hash: either is a range of one namespace.
+            (pg._COUNT_IN, {**in_ns, "cap": 10001}, f"{pg.TABLE}_(keys|pkey)"),
+            (pg._COUNT_RANGE, {**dag_range, "cap": 10001}, f"{pg.TABLE}_order"),
+            (
+                pg._GROUPS[False],
+                {"lo": "t\x1f", "hi": "t ", "n": 2, "like": "", **live},
+                f"{pg.TABLE}_order",
+            ),
+            (pg._GROUPS[True], {**dag_range, "n": len(dag), "like": ""}, f"{pg.TABLE}_order"),
+        ]:
+            nodes = _pg_plan(conn, sql, params)
+            on_table = [n for n in nodes if f" {pg.TABLE} " in n]
+            assert on_table and all(
+                n.startswith(("Index Scan", "Index Only Scan", "Bitmap Heap Scan"))
+                for n in on_table
+            ), (sql, nodes)
+            assert any(re.search(f" {index}$", n) for n in nodes), (sql, nodes)
+    backend = PostgresBackend(postgres_store_url)
+    assert len(backend.rows(ns, NOW, limit=50)) == 50
+    assert backend.count(ns, NOW, exact=True) == BIG_KEYS
+    assert len(backend.groups("t\x1f", NOW)) == 40
+    backend.close()
