@@ -14,9 +14,11 @@ with each kill point its own task. The deployment code is bench/versus's
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +33,7 @@ DAGS = [
     Path(__file__).with_name("resumable_dags") / name
     for name in ("ts_resumable_kill.py", "ts_deferrable_kill.py")
 ]
+WATCHER = Path(__file__).with_name("resumable_dags") / "ts_watcher.py"  # Airflow 3 only
 JOBSYSTEM = REPO / "tests" / "resumable" / "jobsystem.py"
 # Real Airflow runs only when scripts/test-airflow.sh (or a person) picks versions.
 SELECTED = os.environ.get("TASKSTATE_AIRFLOW_VERSIONS", "").split()
@@ -72,7 +75,7 @@ def live(
     side.prepare()
     home = AirflowHome(side, tmp_path / "home")
     (home.root / "dags").joinpath("versus_dags.py").unlink()
-    for dag in DAGS:
+    for dag in DAGS if side.airflow_major == 2 else [*DAGS, WATCHER]:
         shutil.copy(dag, home.root / "dags")
     out = tmp_path / "out"
     out.mkdir()
@@ -164,3 +167,41 @@ def test_deferrable_worker_and_triggerer_kills_leave_one_job_each(live: Live) ->
     assert repeated <= 1, polls  # the re-created trigger went on from the stored count
     assert polls == sorted(polls), polls
     assert reports["during_trigger"]["polls"] == polls[-1]
+
+
+@pytest.mark.parametrize("live", ["3.2", "3.3"], indirect=True)
+def test_a_watcher_killed_right_after_yielding_makes_no_duplicate_event(live: Live) -> None:
+    """The documented watcher recipe under a real triggerer: the triggerer dies right after
+    the watcher yielded event 1 (and Airflow recorded it); the watcher re-created on a new
+    triggerer yields event 2 and never event 1 again: one asset event each, so no second
+    DAG run for event 1."""
+    deployment, out = live.deployment, live.out
+    home = deployment.home
+
+    def events() -> list[int]:
+        rows = home.query("SELECT extra FROM asset_event")
+        return sorted(json.loads(r[0]).get("payload", {}).get("event_id", -1) for r in rows)
+
+    def wait(check: Any, what: str, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"{what}; logs in {home.root}"
+            time.sleep(1)
+
+    (out / "orders.events").write_text("1\n")
+    wait((out / "watcher.kill-triggerer").exists, "the watcher never yielded event 1")
+    wait(lambda: events() == [1], "Airflow never recorded event 1")
+    deployment.kill_triggerer()
+    (out / "orders.events").write_text("1\n2\n")
+    wait(lambda: 2 in events(), "the re-created watcher never yielded event 2")
+    time.sleep(5)  # a duplicate of event 1 would have been yielded before event 2
+    assert events() == [1, 2]
+    wait(
+        lambda: (
+            home.query(
+                "SELECT count(*) FROM dag_run WHERE dag_id = 'ts_watcher' AND state = 'success'"
+            )[0][0]
+            >= 1
+        ),
+        "no ts_watcher run succeeded",
+    )
