@@ -40,12 +40,14 @@ def prepare_task_store(context: Any, store: StateStore) -> None:
 def task_token(context: Any) -> str | None:
     """A token for this try of this task instance, when this worker holds a secret key."""
     ti, task = context["ti"], context["task"]
+    # Each asset by its identity only (its name, else its uri): listing the uri of a named
+    # asset too would also grant the different asset whose identity is that uri.
     assets: list[str] = []
     for asset in (*(task.inlets or ()), *(task.outlets or ())):
         if is_asset(asset):
-            assets.extend(
-                v for v in (getattr(asset, "name", None), getattr(asset, "uri", None)) if v
-            )
+            identity = getattr(asset, "name", None) or getattr(asset, "uri", None)
+            if identity:
+                assets.append(identity)
     return mint_token(ti, assets)
 
 

@@ -234,6 +234,17 @@ RULES: dict[str, Rule] = _table(
         "fire twice. Keep the cursor in state: taskstate's TriggerStateMixin gives the trigger "
         "task_state_store / asset_state_store with aget/aset (docs/deferrable.md).",
     ),
+    Rule(
+        "TS410",
+        "provider-operator-not-durable",
+        INFO,
+        "{operator} submits a second job when a retry follows a crash ({where})",
+        "A worker killed while this operator waits leaves its job running, and the retry starts "
+        "another one (a second dbt build, Batch job, query...). taskstate.providers has the same "
+        "operator, same arguments and result, on ResumableJobMixin: the retry reconnects to the "
+        "job instead (blocking mode; see docs/providers.md).",
+        Advice.NONE,
+    ),
     # --- TS5xx: state store calls --------------------------------------------------------------
     Rule(
         "TS501",
