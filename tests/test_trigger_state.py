@@ -180,7 +180,8 @@ def test_over_http_the_trigger_mints_a_token_for_its_try_and_older_tries_are_fen
     assert asyncio.run(first_event(current))["pages"] == 2
     served = http_deployment.task_state(TaskScope("d", "r", "poll"))
     assert served.get("cursor") == 2
-    assert served.entry("cursor").updated_by["subject"] == "task:d/r/poll/-1"  # type: ignore[index]
+    writer = {"kind": "task", "dag_id": "d", "run_id": "r", "task_id": "poll", "map_index": -1}
+    assert served.entry("cursor").updated_by == writer  # type: ignore[union-attr]
 
     stale = PagesTrigger("job-0", pages=9)  # a trigger left over from try 1
     stale.task_instance = SimpleNamespace(**{**vars(TI), "try_number": 1})
