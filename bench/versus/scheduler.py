@@ -30,8 +30,11 @@ def free_port() -> int:
 class Deployment:
     """`with Deployment(home, out, extra_env) as d: d.run(dag_id)` -> the tasks' reports."""
 
-    def __init__(self, home: AirflowHome, out: Path, extra_env: dict[str, str]) -> None:
+    def __init__(
+        self, home: AirflowHome, out: Path, extra_env: dict[str, str], *, triggerer: bool = False
+    ) -> None:
         self.home = home
+        self.triggerer = triggerer
         self.out = out
         self.port = free_port()
         self.env = {
@@ -51,10 +54,13 @@ class Deployment:
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(free_port()),
             **extra_env,  # last: a workload may override the settings above
         }
+        if triggerer:  # a dead triggerer's triggers move to a live one after this many seconds
+            self.env.setdefault("AIRFLOW__TRIGGERER__TRIGGERER_HEALTH_CHECK_THRESHOLD", "4")
+            self.env.setdefault("AIRFLOW__TRIGGERER__JOB_HEARTBEAT_SEC", "1")
         self.procs: list[subprocess.Popen[bytes]] = []
         self.runs = 0
 
-    def _start(self, *args: str) -> None:
+    def _start(self, *args: str) -> subprocess.Popen[bytes]:
         logfile = open(self.home.root / f"logs-{args[0]}.txt", "ab")  # noqa: SIM115 (closed at exit)
         self.procs.append(
             subprocess.Popen(
@@ -66,6 +72,18 @@ class Deployment:
                 start_new_session=True,
             )
         )
+        return self.procs[-1]
+
+    def kill_triggerer(self) -> None:
+        """SIGKILL the triggerer (its whole process group) and start a new one, as a crashed
+        or redeployed triggerer is replaced; its triggers move over once the old one's
+        heartbeat is stale."""
+        for proc in self.procs:
+            if proc.args[-1] == "triggerer" and proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.procs = [p for p in self.procs if p.poll() is None]
+        self._start("triggerer")
 
     def __enter__(self) -> Deployment:
         try:
@@ -74,6 +92,8 @@ class Deployment:
                 self._start("dag-processor")
                 self._wait(self._api_up, 180, "the api-server to answer")
             self._start("scheduler")
+            if self.triggerer:
+                self._start("triggerer")
         except BaseException:
             self.stop()
             raise
@@ -119,6 +139,10 @@ class Deployment:
 
     def run(self, dag_id: str, tasks: int = 1, timeout: float = 900) -> list[dict[str, Any]]:
         """Trigger one run of `dag_id`, wait for it to finish, return its tasks' reports."""
+        return self.finish(dag_id, self.start_run(dag_id), tasks, timeout)
+
+    def start_run(self, dag_id: str) -> str:
+        """Trigger one run of `dag_id` once it is parsed; its run id."""
         self._wait(
             lambda: self._query("SELECT 1 FROM serialized_dag WHERE dag_id = ?", dag_id),
             180,
@@ -127,8 +151,21 @@ class Deployment:
         self.runs += 1
         run_id = f"versus_{self.runs}_{int(time.time())}"
         self.home.airflow("dags", "trigger", dag_id, "--run-id", run_id, extra_env=self.env)
+        return run_id
+
+    def finish(
+        self,
+        dag_id: str,
+        run_id: str,
+        tasks: int = 1,
+        timeout: float = 900,
+        meanwhile: Any = None,
+    ) -> list[dict[str, Any]]:
+        """Wait for the run to finish (calling `meanwhile()` on every check); its reports."""
 
         def finished() -> bool:
+            if meanwhile is not None:
+                meanwhile()
             rows = self._query(
                 "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?", dag_id, run_id
             )

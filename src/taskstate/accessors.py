@@ -14,8 +14,12 @@ read.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
+import os
+import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -55,6 +59,27 @@ if TYPE_CHECKING:
     from taskstate.store import StateStore
 
 T = TypeVar("T")
+
+
+# Async calls run on taskstate's own small pool, not the event loop's default executor: in
+# Airflow's triggerer that default pool is shared by every trigger and by Airflow itself, and a
+# burst of state calls from one trigger must not queue the others' work behind it.
+OFF_LOOP_THREADS = 4
+_pool: tuple[int, ThreadPoolExecutor] | None = None
+_pool_lock = threading.Lock()
+
+
+def off_loop(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """Run `fn(*args)` on taskstate's thread pool; await the result from the running loop."""
+    global _pool
+    pid = os.getpid()
+    pool = _pool
+    if pool is None or pool[0] != pid:  # a forked child starts its own threads
+        with _pool_lock:
+            if _pool is None or _pool[0] != pid:
+                _pool = (pid, ThreadPoolExecutor(OFF_LOOP_THREADS, "taskstate-async"))
+            pool = _pool
+    return asyncio.get_running_loop().run_in_executor(pool[1], fn, *args)
 
 
 class _Accessor:
@@ -334,15 +359,23 @@ class _Accessor:
 
     async def aget(self, key: str, default: Any = None) -> Any:
         """`get` for async code (deferrable operators, triggers)."""
-        return await asyncio.to_thread(self.get, key, default)
+        return await off_loop(self.get, key, default)
 
     async def adelete(self, key: str) -> None:
         """`delete` for async code."""
-        await asyncio.to_thread(self.delete, key)
+        await off_loop(self.delete, key)
 
     async def aclear(self) -> None:
         """`clear` for async code."""
-        await asyncio.to_thread(self.clear)
+        await off_loop(self.clear)
+
+    async def aupdate(self, key: str, fn: Callable[[Any], Any], *, default: Any = None) -> Any:
+        """`update` for async code (`fn` runs on taskstate's thread, maybe more than once)."""
+        return await off_loop(functools.partial(self.update, key, fn, default=default))  # type: ignore[attr-defined]
+
+    async def acompare_and_set(self, key: str, expected: Any, new: Any) -> bool:
+        """`compare_and_set` for async code."""
+        return bool(await off_loop(self.compare_and_set, key, expected, new))  # type: ignore[attr-defined]
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.scope!r}>"
@@ -420,7 +453,7 @@ class TaskStateStore(_Accessor):
 
     async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
         """`set` for async code."""
-        await asyncio.to_thread(self._set, key, value, retention)
+        await off_loop(self._set, key, value, retention)
 
 
 class AssetStateStore(_Accessor):
@@ -451,7 +484,7 @@ class AssetStateStore(_Accessor):
 
     async def aset(self, key: str, value: JsonValue) -> None:
         """`set` for async code."""
-        await asyncio.to_thread(self._set, key, value, None)
+        await off_loop(self._set, key, value, None)
 
 
 class MetaState:

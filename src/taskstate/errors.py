@@ -120,3 +120,8 @@ class LostSubmissionError(TaskStateError, RuntimeError):
 
 class ConcurrentTryError(TaskStateError, RuntimeError):
     """Two tries of one task instance tried to submit at the same moment."""
+
+
+class JobFailedError(TaskStateError, RuntimeError):
+    """A deferred job ended without succeeding (or the trigger's event named none): the try
+    fails, and the next try submits a new job under a new token."""

@@ -1,18 +1,26 @@
-"""Real Airflow, real scheduler: try 1 of a ResumableJobMixin task SIGKILLs its own task process
-(after the job system accepted the job, or while polling it); Airflow retries; the retry must
-reconnect to that job — one job per task — and return its result.
+"""Real Airflow, real scheduler and triggerer: try 1 of a ResumableJobMixin task SIGKILLs its own
+task process (after the job system accepted the job, or while polling it; on the deferrable
+path also after saving the id before defer(), and in execute_complete), or the test SIGKILLs
+the triggerer while a trigger polls; the next try (or the next triggerer) must reconnect to
+that job — one job per task — and return its result.
 
-One Airflow 2 (scheduler + SequentialExecutor) and one Airflow 3 (api-server, dag-processor,
-scheduler + LocalExecutor), each on a throwaway AIRFLOW_HOME with SQLite; the deployment code is
-bench/versus's (`versus.scheduler.Deployment`), the job system is tests/resumable's.
+One deployment per version, shared by both tests: Airflow 2.10 (scheduler + triggerer +
+SequentialExecutor), 3.2 and 3.3 in taskstate mode (api-server, dag-processor, scheduler,
+triggerer + LocalExecutor), each on a throwaway AIRFLOW_HOME with SQLite; one DAG run per test
+with each kill point its own task. The deployment code is bench/versus's
+(`versus.scheduler.Deployment`), the job system is tests/resumable's.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +31,11 @@ from tests.airflow.harness import copy_migrated_db
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
 
 REPO = Path(__file__).resolve().parents[2]
-DAG = Path(__file__).with_name("resumable_dags") / "ts_resumable_kill.py"
+DAGS = [
+    Path(__file__).with_name("resumable_dags") / name
+    for name in ("ts_resumable_kill.py", "ts_deferrable_kill.py")
+]
+WATCHER = Path(__file__).with_name("resumable_dags") / "ts_watcher.py"  # Airflow 3 only
 JOBSYSTEM = REPO / "tests" / "resumable" / "jobsystem.py"
 # Real Airflow runs only when scripts/test-airflow.sh (or a person) picks versions.
 SELECTED = os.environ.get("TASKSTATE_AIRFLOW_VERSIONS", "").split()
@@ -37,33 +49,62 @@ def _jobsystem() -> Any:
     return module
 
 
-@pytest.mark.parametrize("version", ["2.10", "3.3"])  # one Airflow 2, one Airflow 3
-def test_try_1_killed_the_retry_reconnects_to_the_one_job(version: str, tmp_path: Path) -> None:
+@dataclass
+class Live:
+    """One started deployment of a version (scheduler, triggerer, LocalExecutor on 3.x,
+    SequentialExecutor on 2.x) shared by this module's tests, and the job system."""
+
+    version: str
+    deployment: Any
+    jobs: Any
+    jobsystem: Any
+    out: Path
+
+
+@pytest.fixture(scope="module", params=["2.10", "3.2", "3.3"])
+def live(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Live]:
+    version = request.param
     if version not in SELECTED:
         pytest.skip(f"Airflow {version} not selected (TASKSTATE_AIRFLOW_VERSIONS)")
-    if not (REPO / "scripts" / "airflow-env.sh").exists():
-        pytest.skip("scripts/airflow-env.sh (the pinned Airflow envs) is not on this branch")
     sys.path.insert(0, str(REPO / "bench"))
     from versus.envs import AirflowHome, Side
     from versus.scheduler import Deployment
 
+    tmp_path = tmp_path_factory.mktemp(f"kill-{version}")
     side = Side(f"mixin kill test {version}", version, taskstate=True)
     side.prepare()
     home = AirflowHome(side, tmp_path / "home", migrated=copy_migrated_db)
-    (home.root / "dags" / "versus_dags.py").unlink()
-    shutil.copy(DAG, home.root / "dags")
+    (home.root / "dags").joinpath("versus_dags.py").unlink()
+    for dag in DAGS if side.airflow_major == 2 else [*DAGS, WATCHER]:
+        shutil.copy(dag, home.root / "dags")
     out = tmp_path / "out"
     out.mkdir()
     jobsystem = _jobsystem()
-    extra = {"RESUMABLE_JOBSYSTEM": str(JOBSYSTEM), "RESUMABLE_JOBS_DB": str(tmp_path / "jobs.db")}
+    extra = {
+        "RESUMABLE_JOBSYSTEM": str(JOBSYSTEM),
+        "RESUMABLE_JOBS_DB": str(tmp_path / "jobs.db"),
+        # The triggerer imports a trigger by its classpath; Airflow 3 does not put the DAG
+        # folder on sys.path there, so the trigger's module must be importable by itself.
+        "PYTHONPATH": str(home.root / "dags"),
+    }
+    if version == "3.3":  # taskstate in charge on 3.3 (its own store otherwise)
+        extra["AIRFLOW__STATE_STORE__TASKSTATE_MODE"] = "taskstate"
     with jobsystem.running_jobsystem(tmp_path / "jobs.db") as jobs:
-        deployment = Deployment(home, out, extra)
+        deployment = Deployment(home, out, extra, triggerer=True)
         if side.airflow_major == 2:  # Airflow 2 runs LocalExecutor on PostgreSQL/MySQL only
             deployment.env["AIRFLOW__CORE__EXECUTOR"] = "SequentialExecutor"
-        with deployment as live:
-            reports = {r["task_id"]: r for r in live.run("ts_resumable_kill", tasks=3)}
-        created = {task: jobs.jobs_for(r["logical"]) for task, r in reports.items()}
-        submits = {task: len(jobs.submissions_for(r["logical"])) for task, r in reports.items()}
+        with deployment:
+            yield Live(version, deployment, jobs, jobsystem, out)
+
+
+@pytest.mark.parametrize("live", ["2.10", "3.3"], indirect=True)  # one Airflow 2, one 3
+def test_try_1_killed_the_retry_reconnects_to_the_one_job(live: Live) -> None:
+    jobs, jobsystem = live.jobs, live.jobsystem
+    reports = {r["task_id"]: r for r in live.deployment.run("ts_resumable_kill", tasks=3)}
+    created = {task: jobs.jobs_for(r["logical"]) for task, r in reports.items()}
+    submits = {task: len(jobs.submissions_for(r["logical"])) for task, r in reports.items()}
     for task, report in reports.items():
         assert report["try_number"] == 2, report  # try 1 died
         assert len(created[task]) == 1, (task, created[task])
@@ -77,3 +118,92 @@ def test_try_1_killed_the_retry_reconnects_to_the_one_job(version: str, tmp_path
     assert submits["find_job"] == 1
     assert reports["during_poll"]["decision"] in {"reconnect", "already_succeeded"}
     assert submits["during_poll"] == 1
+
+
+@pytest.mark.parametrize("live", ["2.10", "3.2", "3.3"], indirect=True)
+def test_deferrable_worker_and_triggerer_kills_leave_one_job_each(live: Live) -> None:
+    """Each task dies at its own point on try 1 (the worker after the job system accepted the
+    job; after the id was saved, before defer(); in execute_complete) or has its triggerer
+    SIGKILLed while its trigger polls. One job per task, its result returned, and the trigger
+    re-created on a new triggerer resumes its stored poll count (at most one poll repeated)."""
+    deployment, out = live.deployment, live.out
+    killed: list[str] = []
+
+    def kill_triggerer_when_asked() -> None:
+        marker = out / "during_trigger.kill-triggerer"
+        if marker.exists() and not killed:
+            killed.append(marker.read_text())
+            deployment.kill_triggerer()
+
+    run_id = deployment.start_run("ts_deferrable_kill")
+    reports = {
+        r["task_id"]: r
+        for r in deployment.finish(
+            "ts_deferrable_kill", run_id, tasks=4, meanwhile=kill_triggerer_when_asked
+        )
+    }
+    assert killed, "the triggerer was never killed"
+    for task, report in reports.items():
+        created = live.jobs.jobs_for(report["logical"])
+        assert len(created) == 1, (task, created)
+        assert report["result"] == {
+            "job_id": created[0][0],
+            "output": live.jobsystem.expected_output(report["logical"]),
+        }, task
+        decisions = (out / f"{task}.decisions").read_text().split("\n")
+        if task == "during_trigger":
+            assert decisions[:-1] == ["1 fresh_submit"], decisions  # no try spent on it
+            assert report["try_number"] == 1
+        else:
+            assert report["try_number"] == 2, report  # try 1 died in the worker
+    assert (out / "after_accept.decisions").read_text().splitlines()[1] == "2 recover_from_intent"
+    assert (out / "before_defer.decisions").read_text().splitlines()[1] in (
+        "2 reconnect",
+        "2 already_succeeded",
+    )
+    assert (out / "during_complete.decisions").read_text().splitlines()[1] == (
+        "2 already_succeeded"
+    )
+    polls = [int(n) for n in (out / "during_trigger.polls").read_text().split()]
+    repeated = len(polls) - len(set(polls))
+    assert repeated <= 1, polls  # the re-created trigger went on from the stored count
+    assert polls == sorted(polls), polls
+    assert reports["during_trigger"]["polls"] == polls[-1]
+
+
+@pytest.mark.parametrize("live", ["3.2", "3.3"], indirect=True)
+def test_a_watcher_killed_right_after_yielding_makes_no_duplicate_event(live: Live) -> None:
+    """The documented watcher recipe under a real triggerer: the triggerer dies right after
+    the watcher yielded event 1 (and Airflow recorded it); the watcher re-created on a new
+    triggerer yields event 2 and never event 1 again: one asset event each, so no second
+    DAG run for event 1."""
+    deployment, out = live.deployment, live.out
+    home = deployment.home
+
+    def events() -> list[int]:
+        rows = home.query("SELECT extra FROM asset_event")
+        return sorted(json.loads(r[0]).get("payload", {}).get("event_id", -1) for r in rows)
+
+    def wait(check: Any, what: str, timeout: float = 240) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, f"{what}; logs in {home.root}"
+            time.sleep(1)
+
+    (out / "orders.events").write_text("1\n")
+    wait((out / "watcher.kill-triggerer").exists, "the watcher never yielded event 1")
+    wait(lambda: events() == [1], "Airflow never recorded event 1")
+    deployment.kill_triggerer()
+    (out / "orders.events").write_text("1\n2\n")
+    wait(lambda: 2 in events(), "the re-created watcher never yielded event 2")
+    time.sleep(5)  # a duplicate of event 1 would have been yielded before event 2
+    assert events() == [1, 2]
+    wait(
+        lambda: (
+            home.query(
+                "SELECT count(*) FROM dag_run WHERE dag_id = 'ts_watcher' AND state = 'success'"
+            )[0][0]
+            >= 1
+        ),
+        "no ts_watcher run succeeded",
+    )

@@ -13,6 +13,16 @@ SIGKILL, so a named kill point is deterministic. Kill points:
 - `during_poll`:    while polling the running job;
 - `after_success`:  the job succeeded, before the task returns its result.
 
+The deferrable flow (`run_deferrable_scenario`) runs each Airflow process as its own child: the
+worker (`execute_deferrable`, which ends by deferring), the triggerer (a trigger polling the
+job, re-created from its id when killed) and the worker again (`complete_deferred`, Airflow's
+`execute_complete`). Its kill points add:
+
+- `before_defer`:     the id is saved, `defer_job` not reached (the worker dies before
+                      handing the job to the triggerer);
+- `during_trigger`:   the triggerer, while its trigger polls the running job;
+- `during_complete`:  the worker running `execute_complete`, the job's result in hand.
+
 `run_scenario` is one logical job: a killed try, then clean tries until one returns (or the
 task fails for good), as Airflow's retries would; it reports the decisions and what the job
 system billed.
@@ -45,6 +55,15 @@ KILL_POINTS = (
     "during_poll",
     "after_success",
 )
+DEFERRABLE_KILL_POINTS = (
+    "start",
+    "before_submit",
+    "after_accept",
+    "before_persist",
+    "before_defer",
+    "during_trigger",
+    "during_complete",
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +76,7 @@ class System:
     find_job: bool  # the operator implements find_job (a lookup by the token label)
     on_lost_submission: str = "resubmit"
     airflow_332: bool = False  # run Airflow 3.3.2's algorithm instead of ours (the baseline)
+    durable: bool = True  # False: the same operator without taskstate's state (a baseline)
 
 
 SYSTEMS = {
@@ -73,6 +93,7 @@ SYSTEMS = {
             on_lost_submission="fail",
         ),
         System("airflow-3.3.2", pass_token=False, dedupe=False, find_job=False, airflow_332=True),
+        System("no-taskstate", pass_token=False, dedupe=False, find_job=False, durable=False),
     )
 }
 
@@ -143,6 +164,7 @@ class CrashJobOperator(ResumableJobMixin):
         self.run_for = run_for
         self.fail_first = fail_first
         self.on_lost_submission = system.on_lost_submission  # type: ignore[misc]
+        self.durable = system.durable
 
     def resume_decision(self, context: Any) -> ResumeDecision:
         decision = super().resume_decision(context)
@@ -188,6 +210,34 @@ class CrashJobOperator(ResumableJobMixin):
         if not self.system.find_job:
             raise NotImplementedError
         return self.jobs.find(token)
+
+
+class Deferred(Exception):
+    def __init__(self, external_id: Any) -> None:
+        super().__init__(external_id)
+        self.external_id = external_id
+
+
+class DeferrableCrashOperator(CrashJobOperator):
+    """The same operator on the deferrable path: `defer_job` hands the id to a trigger."""
+
+    def defer_job(self, external_id: Any, context: Any) -> Any:
+        self.probe.hit("before_defer")
+        raise Deferred(external_id)
+
+    def get_job_result(self, external_id: Any, context: Any) -> Any:
+        result = self.jobs.result(external_id)
+        self.probe.seen["job_done"] += 1
+        self.probe.hit("during_complete")
+        return result
+
+
+def poll_trigger(jobs: JobSystem, external_id: Any, probe: _Probe) -> dict[str, Any]:
+    """What the trigger's `run()` does: poll until the job is terminal, yield its status."""
+    while (status := jobs.status(external_id)) in ACTIVE:
+        probe.hit("during_trigger")
+        time.sleep(0.004)
+    return {"external_id": external_id, "status": status}
 
 
 class Airflow332Operator(CrashJobOperator):
@@ -236,6 +286,8 @@ class Try:
     killed_at: str | None = None
     result: Any = None
     error: str | None = None
+    deferred: Any = None  # the job id a deferrable try deferred on
+    event: Any = None  # what a trigger yielded
 
 
 def _child(
@@ -246,16 +298,34 @@ def _child(
     kill_at: str | None,
     occurrence: int,
     fail_first: bool,
+    phase: str = "execute",
+    payload: Any = None,
 ) -> int:
+    """One Airflow process: `execute` (blocking), `defer` (up to `defer_job`), `trigger` (poll
+    the job `payload` names) or `complete` (`execute_complete` with the event `payload`)."""
     probe = _Probe(fd, kill_at, occurrence)
     store = StateStore(env.state_url)
     jobs = JobSystem(env.jobs_path)
-    kind = Airflow332Operator if system.airflow_332 else CrashJobOperator
+    kind: type[CrashJobOperator] = CrashJobOperator
+    if system.airflow_332:
+        kind = Airflow332Operator
+    elif phase != "execute":
+        kind = DeferrableCrashOperator
     op = kind(jobs, scope.run_id, system, probe, run_for=env.run_for, fail_first=fail_first)
     context = {"task_state_store": _ProbedStore.of(store, scope, probe, op)}
     probe.hit("start")
     try:
-        probe.send(result=op.execute_resumable(context))
+        if phase == "execute":
+            probe.send(result=op.execute_resumable(context))
+        elif phase == "defer":
+            try:
+                probe.send(result=op.execute_deferrable(context))
+            except Deferred as deferred:
+                probe.send(deferred=deferred.external_id)
+        elif phase == "trigger":
+            probe.send(event=poll_trigger(jobs, payload, probe))
+        else:
+            probe.send(result=op.complete_deferred(context, payload))
     except Exception as exc:
         probe.send(error=f"{type(exc).__name__}: {exc}")
         return 1
@@ -272,16 +342,20 @@ def run_try(
     kill_after: float | None = None,
     fail_first: bool = False,
     timeout: float = 60.0,
+    phase: str = "execute",
+    payload: Any = None,
 ) -> Try:
-    """One try in a forked child; SIGKILL it at `kill_at` (its `occurrence`-th time) or after
-    `kill_after` seconds, whichever the caller asked for."""
+    """One try (or one `phase` of it) in a forked child; SIGKILL it at `kill_at` (its
+    `occurrence`-th time) or after `kill_after` seconds, whichever the caller asked for."""
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: never return into the caller's stack
         code = 70
         try:
             os.close(read_fd)
-            code = _child(write_fd, env, scope, system, kill_at, occurrence, fail_first)
+            code = _child(
+                write_fd, env, scope, system, kill_at, occurrence, fail_first, phase, payload
+            )
         finally:
             os._exit(code)
     os.close(write_fd)
@@ -326,6 +400,10 @@ def _apply(outcome: Try, lines: list[bytes]) -> bool:
             outcome.result = event["result"]
         if "error" in event:
             outcome.error = event["error"]
+        if "deferred" in event:
+            outcome.deferred = event["deferred"]
+        if "event" in event:
+            outcome.event = event["event"]
         if "at" in event:
             outcome.killed_at = event["at"]
             return True
@@ -405,6 +483,62 @@ def run_scenario(
     return scenario
 
 
+def run_deferrable_scenario(
+    env: Env,
+    jobs: JobSystem,
+    system: System,
+    *,
+    kill_at: str,
+    occurrence: int = 1,
+    fail_first: bool = False,
+    max_tries: int = 6,
+) -> Scenario:
+    """One logical job on the deferrable path, as Airflow runs it: a try defers (worker), its
+    trigger polls (triggerer) and fires, the try completes (worker). The kill lands once, at
+    `kill_at` in whichever process reaches it: a killed worker fails the try (the next try
+    starts over); a killed triggerer is replaced by a new one polling the same job (the task
+    stays deferred, no try is spent). `tries` holds every process run, in order."""
+    logical = uuid.uuid4().hex[:12]
+    scope = TaskScope("crash_dag", logical, "job")
+    scenario = Scenario(logical, system.name, kill_at)
+    pending: str | None = kill_at
+
+    def run(phase: str, payload: Any = None) -> Try:
+        nonlocal pending
+        outcome = run_try(
+            env,
+            scope,
+            system,
+            kill_at=pending,
+            occurrence=occurrence,
+            fail_first=fail_first,
+            phase=phase,
+            payload=payload,
+        )
+        scenario.tries.append(outcome)
+        if outcome.killed_at is not None:
+            pending = None
+        return outcome
+
+    for _ in range(max_tries):
+        worker = run("defer")
+        if worker.error is not None and "LostSubmissionError" in worker.error:
+            break  # stopped for a person (on_lost_submission="fail")
+        if worker.killed_at is not None or worker.error is not None:
+            continue  # the try failed; Airflow retries it
+        if worker.deferred is None:
+            break  # returned a result without deferring (already_succeeded)
+        while (trigger := run("trigger", worker.deferred)).event is None:
+            assert trigger.killed_at is not None, trigger  # only a kill stops a trigger
+        done = run("complete", trigger.event)
+        if done.killed_at is None and done.error is None:
+            break
+    _settle(jobs, logical)
+    scenario.jobs = jobs.jobs_for(logical)
+    scenario.submissions = len(jobs.submissions_for(logical))
+    return scenario
+
+
 def _settle(jobs: JobSystem, logical: str, limit: float = 10.0) -> None:
     """Wait for the worker to finish every job of `logical` (duplicates keep running after the
     task returned), so a duplicate counts however the kill landed."""
@@ -413,6 +547,12 @@ def _settle(jobs: JobSystem, logical: str, limit: float = 10.0) -> None:
         if time.monotonic() > end:
             raise TimeoutError(f"jobs of {logical} still running after {limit}s")
         time.sleep(0.005)
+
+
+def random_deferrable_kill(rng: random.Random) -> dict[str, Any]:
+    """A random kill point of the deferrable flow (a random poll of the trigger's)."""
+    point = rng.choice(DEFERRABLE_KILL_POINTS)
+    return {"kill_at": point, "occurrence": rng.randint(1, 4) if point == "during_trigger" else 1}
 
 
 def random_kill(rng: random.Random) -> dict[str, Any]:

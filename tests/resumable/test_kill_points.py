@@ -8,7 +8,14 @@ from dataclasses import replace
 
 import pytest
 
-from .driver import KILL_POINTS, SYSTEMS, Env, run_scenario
+from .driver import (
+    DEFERRABLE_KILL_POINTS,
+    KILL_POINTS,
+    SYSTEMS,
+    Env,
+    run_deferrable_scenario,
+    run_scenario,
+)
 from .jobsystem import JobSystem
 
 # Kill points where the job system may already hold the job but the store has no id for it.
@@ -135,3 +142,68 @@ def test_airflow_332_baseline_duplicates_in_the_window_and_loses_the_result(
     else:
         assert scenario.working_jobs == 2
         assert scenario.result_correct
+
+
+DEFERRED_RETRY_DECISIONS = {
+    "start": {"fresh_submit"},
+    "before_submit": {"recover_from_intent", "fresh_submit"},
+    "after_accept": {"recover_from_intent", "reconnect", "already_succeeded"},
+    "before_persist": {"recover_from_intent", "reconnect", "already_succeeded"},
+    "before_defer": {"reconnect", "already_succeeded"},
+    "during_complete": {"already_succeeded"},
+}
+
+
+@pytest.mark.parametrize("kill_at", DEFERRABLE_KILL_POINTS)
+@pytest.mark.parametrize("system", ["client-token", "find_job"])
+def test_deferrable_one_job_and_the_right_result_whatever_the_kill_point(
+    any_env: Env, jobs: JobSystem, system: str, kill_at: str
+) -> None:
+    """Worker, triggerer or `execute_complete` SIGKILLed: one job, its result, and a retry
+    that defers on (or returns) the job it finds instead of submitting."""
+    # A trigger polls only while the job runs: give it a job that outlives a loaded fork.
+    env = replace(any_env, run_for=1.0) if kill_at == "during_trigger" else any_env
+    scenario = run_deferrable_scenario(env, jobs, SYSTEMS[system], kill_at=kill_at)
+    killed = [i for i, t in enumerate(scenario.tries) if t.killed_at is not None]
+    assert [scenario.tries[i].killed_at for i in killed] == [kill_at], scenario.tries
+    assert scenario.working_jobs == 1, scenario.jobs
+    assert scenario.result_correct, scenario.final
+    later = [t.decision for t in scenario.tries[killed[0] + 1 :] if t.decision is not None]
+    if kill_at == "during_trigger":
+        # the triggerer's death spends no try: a new trigger polls the same job
+        assert later == [] and scenario.tries[killed[0] + 1].event is not None
+        assert scenario.submissions == 1
+    else:
+        assert later[0] in DEFERRED_RETRY_DECISIONS[kill_at], scenario.tries
+    if kill_at in ("before_defer", "during_complete"):
+        assert scenario.submissions == 1
+
+
+def test_deferrable_failed_job_is_resubmitted_once_under_a_new_token(
+    env: Env, jobs: JobSystem
+) -> None:
+    scenario = run_deferrable_scenario(
+        replace(env, run_for=1.0),
+        jobs,
+        SYSTEMS["client-token"],
+        kill_at="during_trigger",
+        fail_first=True,
+    )
+    assert [state for _, state in scenario.jobs] == ["FAILED", "SUCCEEDED"]
+    assert "terminal_resubmit" in [t.decision for t in scenario.tries]
+    assert len({s.token for s in jobs.submissions_for(scenario.logical)}) == 2
+    assert scenario.result_correct
+
+
+def test_deferrable_without_token_only_the_window_duplicates(env: Env, jobs: JobSystem) -> None:
+    """The same baseline as the blocking path: no token and no find_job leave the submit
+    window open (this is what the token or find_job closes); every other point is safe."""
+    for kill_at in DEFERRABLE_KILL_POINTS:
+        scenario = run_deferrable_scenario(
+            replace(env, run_for=1.0) if kill_at == "during_trigger" else env,
+            jobs,
+            SYSTEMS["no-token"],
+            kill_at=kill_at,
+        )
+        assert scenario.result_correct, (kill_at, scenario.final)
+        assert scenario.working_jobs == (2 if kill_at in WINDOW else 1), (kill_at, scenario.jobs)

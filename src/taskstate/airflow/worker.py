@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from taskstate.airflow.assets import is_asset
@@ -38,13 +39,7 @@ def prepare_task_store(context: Any, store: StateStore) -> None:
 
 def task_token(context: Any) -> str | None:
     """A token for this try of this task instance, when this worker holds a secret key."""
-    secret = airflow_option("state_store", "taskstate_secret_key")
-    if not secret or not secret.strip():
-        return None
-    from taskstate.api.tokens import Claims, SigningKeys
-
     ti, task = context["ti"], context["task"]
-    map_index = ti.map_index if ti.map_index is not None else -1
     # Each asset by its identity only (its name, else its uri): listing the uri of a named
     # asset too would also grant the different asset whose identity is that uri.
     assets: list[str] = []
@@ -53,7 +48,29 @@ def task_token(context: Any) -> str | None:
             identity = getattr(asset, "name", None) or getattr(asset, "uri", None)
             if identity:
                 assets.append(identity)
-    now = time.time()
+    return mint_token(ti, assets)
+
+
+def mint_token(ti: Any, assets: Iterable[str] = (), now: float | None = None) -> str | None:
+    """A token for try `ti.try_number` of the task instance `ti` names (dag_id, run_id,
+    task_id, map_index) and `assets` (with `ti` None: those assets only, an event trigger's),
+    signed with `[state_store] taskstate_secret_key`; None without a secret key. Workers and
+    triggerers both mint with it."""
+    secret = airflow_option("state_store", "taskstate_secret_key")
+    if not secret or not secret.strip():
+        return None
+    from taskstate.api.tokens import Claims, SigningKeys
+
+    now = time.time() if now is None else now
+    if ti is None:
+        named = tuple(dict.fromkeys(assets))
+        claims = Claims(
+            subject="watcher:" + ",".join(named),
+            assets=named,
+            expires_at=now + TASK_TOKEN_LIFETIME,
+        )
+        return SigningKeys.parse(secret).issue(claims, now)
+    map_index = ti.map_index if ti.map_index is not None else -1
     claims = Claims(
         subject=f"task:{ti.dag_id}/{ti.run_id}/{ti.task_id}/{map_index}",
         dag_ids=(ti.dag_id,),

@@ -24,6 +24,7 @@ token is the credential.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import os
 import random
@@ -307,6 +308,18 @@ class HttpBackend(StateBackend):
     def use_token(self, token: str | None) -> None:
         """Send `token` as the bearer from now on (the worker's minted task-instance token)."""
         self.http.token = token
+
+    def with_token(self, token: str | None) -> HttpBackend:
+        """This backend sending `token`, on the same connections: one per triggered task
+        instance in a triggerer, without a connection pool each."""
+        http = copy.copy(self.http)
+        http.token = token
+        http.client = self.http.client  # type: ignore[method-assign]  # shared connections
+        http._aclient = self.http._aclient  # type: ignore[method-assign]
+        http.close = lambda: None  # type: ignore[method-assign]  # the connections are ours
+        view = copy.copy(self)
+        view.http = http
+        return view
 
     def describe(self) -> str:
         return redact_url(self.http.base)

@@ -213,6 +213,28 @@ RULES: dict[str, Rule] = _table(
         Advice.MIXIN,
     ),
     Rule(
+        "TS408",
+        "defer-before-persist",
+        W,
+        "possible lost job: {cls}.{method}() submits {name} and calls self.defer() without "
+        "saving it first",
+        "A worker that dies between the submission and defer() (or a retry that runs execute() "
+        "again) submits a second job: only the trigger's kwargs knew the first. Save the id in "
+        "task_state_store before deferring and defer on the stored id on the next try; "
+        "taskstate's ResumableJobMixin.execute_deferrable does both, with an idempotency token "
+        "for the submission itself (docs/deferrable.md).",
+    ),
+    Rule(
+        "TS409",
+        "trigger-progress-in-self",
+        W,
+        "possible lost progress: {cls}.run() keeps self.{attr} only on the trigger instance",
+        "A triggerer that dies or is redeployed makes Airflow re-create the trigger from its "
+        "kwargs elsewhere: attributes set in run() start over, pages are read again and events "
+        "fire twice. Keep the cursor in state: taskstate's TriggerStateMixin gives the trigger "
+        "task_state_store / asset_state_store with aget/aset (docs/deferrable.md).",
+    ),
+    Rule(
         "TS410",
         "provider-operator-not-durable",
         INFO,

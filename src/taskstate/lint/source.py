@@ -394,6 +394,16 @@ def call_keywords(node: ast.expr | None) -> dict[str, ast.expr]:
     return {}
 
 
+def callee_name(call: ast.Call) -> str | None:
+    """`f` of `f(...)` or `x.f(...)`; None for other callees."""
+    callee = call.func
+    if isinstance(callee, ast.Name):
+        return callee.id
+    if isinstance(callee, ast.Attribute):
+        return callee.attr
+    return None
+
+
 def keyword(call: ast.Call, name: str) -> ast.keyword | None:
     for kw in call.keywords:
         if kw.arg == name:

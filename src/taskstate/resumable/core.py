@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from taskstate.errors import ConcurrentTryError, LostSubmissionError
+from taskstate.errors import ConcurrentTryError, JobFailedError, LostSubmissionError
 from taskstate.resumable import reporting
 from taskstate.resumable.decision import (
     MISSING,
@@ -63,39 +63,179 @@ def resume_or_submit(
     logger. `decision` replaces `decide(...)` over these callbacks: the mixin passes its
     `resume_decision`, so a subclass that overrides that method is obeyed.
     """
+    taken, record = _decide_and_report(
+        task_state_store,
+        durable=durable,
+        external_id_key=external_id_key,
+        get_status=get_status,
+        is_active=is_active,
+        is_succeeded=is_succeeded,
+        find_job=find_job,
+        verify=verify,
+        log=log,
+        operator_name=operator_name,
+        stats_tags=stats_tags,
+        decision=decision,
+    )
+
+    def wait(external_id: JsonValue) -> Any:
+        poll(external_id)
+        return get_result(external_id) if record is None else record.finish(external_id, get_result)
+
+    return _act(taken, record, submit, wait, get_result, on_lost_submission, scope, operator_name)
+
+
+def resume_or_defer(
+    *,
+    task_state_store: StoreLike | None,
+    submit: Callable[[], JsonValue],
+    get_status: Callable[[JsonValue], str],
+    is_active: Callable[[str], bool],
+    is_succeeded: Callable[[str], bool],
+    defer: Callable[[JsonValue], Any],
+    get_result: Callable[[JsonValue], Any],
+    durable: bool = True,
+    external_id_key: str = "remote_job_id",
+    find_job: Callable[[str], JsonValue | None] | None = None,
+    verify: Callable[[JsonValue], bool] | None = None,
+    on_lost_submission: LostSubmissionPolicy = "resubmit",
+    scope: str = "",
+    log: Any = None,
+    operator_name: str = "resumable_job",
+    stats_tags: Mapping[str, str] | None = None,
+    decision: Callable[[], ResumeDecision] | None = None,
+) -> Any:
+    """`resume_or_submit` for a deferrable operator: hand the wait to a trigger, not a poll.
+
+    Same decision, intent, token and report; then `defer(id)` (which calls the operator's
+    `self.defer(...)` and so raises Airflow's `TaskDeferred`) where `resume_or_submit` would
+    poll: after submitting and saving the id, and on `RECONNECT` (the job an earlier try
+    submitted is still active: defer on it again, submit nothing). `ALREADY_SUCCEEDED` returns
+    `get_result(id)` without deferring. The id is saved before `defer` is called, so a worker
+    that dies in between leaves a job the next try defers on again. When the trigger fires,
+    `complete_deferred(...)` (the operator's `execute_complete`) reads the id from the state.
+    """
+    taken, record = _decide_and_report(
+        task_state_store,
+        durable=durable,
+        external_id_key=external_id_key,
+        get_status=get_status,
+        is_active=is_active,
+        is_succeeded=is_succeeded,
+        find_job=find_job,
+        verify=verify,
+        log=log,
+        operator_name=operator_name,
+        stats_tags=stats_tags,
+        decision=decision,
+    )
+    return _act(taken, record, submit, defer, get_result, on_lost_submission, scope, operator_name)
+
+
+def complete_deferred(
+    *,
+    task_state_store: StoreLike | None,
+    event: Any,
+    get_status: Callable[[JsonValue], str],
+    is_active: Callable[[str], bool],
+    is_succeeded: Callable[[str], bool],
+    get_result: Callable[[JsonValue], Any],
+    defer: Callable[[JsonValue], Any] | None = None,
+    durable: bool = True,
+    external_id_key: str = "remote_job_id",
+    log: Any = None,
+) -> Any:
+    """The end of a deferral (the operator's `execute_complete`): the job's result, or raise.
+
+    The job is the one in the task's state (the event's `external_id` is used only without a
+    store or with `durable=False`): a trigger re-created from old kwargs cannot make this try
+    return another job's result. The status is the event's `status` when the event names that
+    job, else asked with `get_status`. Succeeded: the id and intent age out with the default
+    retention and `get_result(id)` is returned. Still active (a trigger that gave up, timed
+    out): `defer(id)` again when given. Anything else raises `JobFailedError`, and the next try
+    submits a new job (`terminal_resubmit`).
+    """
+    log = log or reporting.LOG
+    sent = event if isinstance(event, Mapping) else {}
+    record = None
+    external_id: Any = sent.get("external_id")
+    if durable and task_state_store is not None:
+        record = _Record(task_state_store, external_id_key, log)
+        stored = record.stored_id()
+        if stored is not MISSING:
+            if "external_id" in sent and sent["external_id"] != stored:
+                log.warning(
+                    "the trigger's event names job %r but this task instance's state holds "
+                    "%r: completing the stored job",
+                    sent["external_id"],
+                    stored,
+                )
+                sent = {}
+            external_id = stored
+    if external_id is None:
+        raise JobFailedError(
+            f"the trigger's event {event!r} names no job and the task state holds none under "
+            f"{external_id_key!r}: nothing to complete. Yield "
+            '{"external_id": ..., "status": ...} from the trigger'
+        )
+    status = sent.get("status") if isinstance(sent.get("status"), str) else None
+    if status is None:
+        status = get_status(external_id)
+    if is_succeeded(status):
+        return get_result(external_id) if record is None else record.finish(external_id, get_result)
+    if is_active(status) and defer is not None:
+        log.info("job %r is still %s after the trigger fired: deferring again", external_id, status)
+        return defer(external_id)
+    raise JobFailedError(
+        f"job {external_id!r} ended {status}; the next try of this task submits a new job"
+    )
+
+
+def _decide_and_report(
+    task_state_store: StoreLike | None,
+    *,
+    log: Any,
+    operator_name: str,
+    stats_tags: Mapping[str, str] | None,
+    decision: Callable[[], ResumeDecision] | None,
+    **checks: Any,
+) -> tuple[ResumeDecision, _Record | None]:
+    """Decide (or obey the operator's `resume_decision`) and report it; the writer to act
+    with, None when there is no state to keep."""
     with reporting.decision_span(operator_name) as span:
-        if decision is None:
-            taken = decide(
-                task_state_store,
-                durable=durable,
-                external_id_key=external_id_key,
-                get_status=get_status,
-                is_active=is_active,
-                is_succeeded=is_succeeded,
-                find_job=find_job,
-                verify=verify,
-            )
-        else:
-            taken = decision()
+        taken = decide(task_state_store, **checks) if decision is None else decision()
         reporting.report(
             taken,
-            external_id_key=external_id_key,
+            external_id_key=checks["external_id_key"],
             log=log or reporting.LOG,
             tags=stats_tags or reporting.stats_tags(operator_name, None),
             span=span,
         )
-    if not durable or task_state_store is None:
-        external_id = submit()
-        poll(external_id)
-        return get_result(external_id)
-    record = _Record(task_state_store, external_id_key, log or reporting.LOG)
+    if not checks["durable"] or task_state_store is None:
+        return taken, None
+    return taken, _Record(task_state_store, checks["external_id_key"], log or reporting.LOG)
+
+
+def _act(
+    taken: ResumeDecision,
+    record: _Record | None,
+    submit: Callable[[], JsonValue],
+    wait: Callable[[JsonValue], Any],
+    get_result: Callable[[JsonValue], Any],
+    on_lost_submission: LostSubmissionPolicy,
+    scope: str,
+    operator_name: str,
+) -> Any:
+    """Carry the decision out; `wait(id)` is polling (then the result) or deferring."""
+    if record is None:
+        return wait(submit())
     action = taken.action
     if action in (ResumeAction.RECONNECT, ResumeAction.ALREADY_SUCCEEDED):
         earlier: Any = taken.external_id
         if taken.recovered:
             record.save_id(earlier)
         if action is ResumeAction.RECONNECT:
-            poll(earlier)
+            return wait(earlier)
         return record.finish(earlier, get_result)
     if action is ResumeAction.RECOVER_FROM_INTENT and on_lost_submission == "fail":
         raise LostSubmissionError(
@@ -107,17 +247,13 @@ def resume_or_submit(
             'on_lost_submission = "resubmit"'
         )
     token = taken.token or record.new_intent(scope)
-    return _submit(record, token, submit, poll, get_result)
+    return _submit(record, token, submit, wait)
 
 
 def _submit(
-    record: _Record,
-    token: str,
-    submit: Callable[[], JsonValue],
-    poll: Callable[[JsonValue], object],
-    get_result: Callable[[JsonValue], Any],
+    record: _Record, token: str, submit: Callable[[], JsonValue], wait: Callable[[JsonValue], Any]
 ) -> Any:
-    """Submit under the recorded intent, save the id before polling, return the result."""
+    """Submit under the recorded intent, save the id, then wait (poll, or defer) on it."""
     try:
         external_id = submit()
     except Exception as exc:
@@ -136,8 +272,7 @@ def _submit(
         record.mark(token, {"no_id": True})
     else:
         record.save_id(external_id, token)
-    poll(external_id)
-    return record.finish(external_id, get_result)
+    return wait(external_id)
 
 
 def idempotency_token(task_state_store: StoreLike | None, external_id_key: str) -> str | None:
@@ -205,6 +340,15 @@ class _Record:
         if "external_id" in fields:  # an earlier failed submission no longer matters
             updated.pop("submit_error", None)
         self.store.set(self.intent_key, updated, retention=NEVER_EXPIRE)
+
+    def stored_id(self) -> Any:
+        """The saved job id (under `external_id_key`, else in the intent), or MISSING."""
+        stored = self.store.get(self.external_id_key, MISSING)
+        if stored is MISSING:
+            intent = read_intent(self.store.get(self.intent_key))
+            if intent is not None and "external_id" in intent:
+                stored = intent["external_id"]
+        return stored
 
     def finish(self, external_id: JsonValue, get_result: Callable[[JsonValue], Any]) -> Any:
         result = get_result(external_id)

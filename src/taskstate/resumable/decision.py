@@ -120,7 +120,7 @@ def decide(
             )
         status = get_status(external_id)
         if is_active(status):
-            action, reason = ResumeAction.RECONNECT, "the job is still active: polling it"
+            action, reason = ResumeAction.RECONNECT, "the job is still active: waiting on it"
         elif is_succeeded(status):
             action, reason = ResumeAction.ALREADY_SUCCEEDED, "the job succeeded: no polling"
         else:

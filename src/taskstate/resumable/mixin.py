@@ -13,7 +13,13 @@ from typing import Any, ClassVar
 
 from taskstate.resumable import durable as _durable
 from taskstate.resumable import reporting
-from taskstate.resumable.core import LostSubmissionPolicy, idempotency_token, resume_or_submit
+from taskstate.resumable.core import (
+    LostSubmissionPolicy,
+    complete_deferred,
+    idempotency_token,
+    resume_or_defer,
+    resume_or_submit,
+)
 from taskstate.resumable.decision import MISSING, ResumeDecision, decide, intent_key
 from taskstate.values import JsonValue
 
@@ -92,6 +98,19 @@ class ResumableJobMixin(ABC):
         or run name), so the mixin must not reconnect to it."""
         return True
 
+    def defer_job(self, external_id: JsonValue, context: Any) -> Any:
+        """Deferrable operators: hand the wait for `external_id` to a trigger, e.g.
+        `self.defer(trigger=MyJobTrigger(external_id), method_name="execute_complete")`.
+
+        The trigger yields `TriggerEvent({"external_id": id, "status": raw_status})` once the
+        job is terminal; `execute_complete` returns `self.complete_deferred(context, event)`.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__}.execute_deferrable needs defer_job(external_id, context): "
+            "call self.defer(trigger=<a trigger polling external_id>, "
+            'method_name="execute_complete") there'
+        )
+
     # -- the public surface -------------------------------------------------------------
 
     @property
@@ -114,23 +133,56 @@ class ResumableJobMixin(ABC):
 
     def execute_resumable(self, context: Mapping[str, Any]) -> Any:
         """Submit, reconnect or return the earlier result, per `resume_decision`."""
+        return resume_or_submit(
+            poll=lambda external_id: self.poll_until_complete(external_id, context),
+            **self._resumable_bindings(context),
+        )
+
+    def execute_deferrable(self, context: Mapping[str, Any]) -> Any:
+        """`execute_resumable` for the deferrable path: submit (or find the earlier job), save
+        its id, then `defer_job` on it instead of polling. A job an earlier try left active is
+        deferred on again; one that succeeded returns its result without deferring."""
+        return resume_or_defer(
+            defer=lambda external_id: self.defer_job(external_id, context),
+            **self._resumable_bindings(context),
+        )
+
+    def complete_deferred(self, context: Mapping[str, Any], event: Any = None) -> Any:
+        """What `execute_complete(context, event)` returns: the result of the job this task
+        instance's state names (a job still active is deferred on again; a failed one raises
+        `JobFailedError`, so the next try submits a new job)."""
+        checks = self._resumable_checks(context)
+        return complete_deferred(
+            task_state_store=context.get("task_state_store"),
+            event=event,
+            get_status=checks["get_status"],
+            is_active=self.is_job_active,
+            is_succeeded=self.is_job_succeeded,
+            get_result=lambda external_id: self.get_job_result(external_id, context),
+            defer=lambda external_id: self.defer_job(external_id, context),
+            durable=self.durable,
+            external_id_key=self.external_id_key,
+            log=reporting.logger_for(self),
+        )
+
+    def _resumable_bindings(self, context: Mapping[str, Any]) -> dict[str, Any]:
+        """Everything `resume_or_submit` / `resume_or_defer` share, bound to `context`."""
         operator = type(self).__name__
         ti = context.get("ti")
-        return resume_or_submit(
-            task_state_store=context.get("task_state_store"),
-            submit=lambda: self.submit_job(context),
-            poll=lambda external_id: self.poll_until_complete(external_id, context),
-            get_result=lambda external_id: self.get_job_result(external_id, context),
-            on_lost_submission=self.on_lost_submission,
-            scope="\x1f".join(
+        return {
+            "task_state_store": context.get("task_state_store"),
+            "submit": lambda: self.submit_job(context),
+            "get_result": lambda external_id: self.get_job_result(external_id, context),
+            "on_lost_submission": self.on_lost_submission,
+            "scope": "\x1f".join(
                 str(getattr(ti, name, "")) for name in ("dag_id", "run_id", "task_id", "map_index")
             ),
-            log=reporting.logger_for(self),
-            operator_name=operator,
-            stats_tags=reporting.stats_tags(operator, ti),
-            decision=lambda: self.resume_decision(context),
+            "log": reporting.logger_for(self),
+            "operator_name": operator,
+            "stats_tags": reporting.stats_tags(operator, ti),
+            "decision": lambda: self.resume_decision(context),
             **self._resumable_checks(context),
-        )
+        }
 
     def _resumable_checks(self, context: Mapping[str, Any]) -> dict[str, Any]:
         """What deciding needs: this operator's answers about its jobs, bound to `context`."""

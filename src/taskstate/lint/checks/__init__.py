@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from taskstate.lint.checks import mixin, store, submit_poll, timestamps, variables, xcom
+from taskstate.lint.checks import (
+    deferrable,
+    mixin,
+    store,
+    submit_poll,
+    timestamps,
+    variables,
+    xcom,
+)
 from taskstate.lint.checks.base import Context
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Source
@@ -16,6 +24,7 @@ CHECKS: tuple[Check, ...] = (
     xcom.check,
     submit_poll.check,
     mixin.check,
+    deferrable.check,
     store.check,
     timestamps.check,
 )

@@ -15,6 +15,8 @@ from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, is_false, is_true, keyword
 
 _MIXIN = "ResumableJobMixin"
+# The blocking path and the deferrable one (taskstate's execute_deferrable).
+_THROUGH_THE_MIXIN = ("execute_resumable", "execute_deferrable")
 
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
@@ -104,7 +106,7 @@ def _uses_execute_resumable(func: Function) -> bool:
     """
     for call in func.calls:
         callee = call.func
-        if isinstance(callee, ast.Attribute) and callee.attr == "execute_resumable":
+        if isinstance(callee, ast.Attribute) and callee.attr in _THROUGH_THE_MIXIN:
             return True
         if (
             isinstance(callee, ast.Call)
@@ -140,7 +142,7 @@ def _is_resumable_call(node: ast.AST) -> bool:
     return (
         isinstance(node, ast.Call)
         and isinstance(node.func, ast.Attribute)
-        and node.func.attr in ("execute_resumable", "execute")
+        and node.func.attr in (*_THROUGH_THE_MIXIN, "execute")
     )
 
 

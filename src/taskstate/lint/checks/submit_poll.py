@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from taskstate.lint.checks.base import Context, with_note
 from taskstate.lint.finding import Finding
-from taskstate.lint.source import Function, Source, is_false, is_true, keyword
+from taskstate.lint.source import Function, Source, callee_name, is_false, is_true, keyword
 
 _NO_WAIT = ("wait_for_termination", "wait_for_completion")
 # Operators whose constructor takes `wait_for_termination` next to `deferrable` (read from the
@@ -35,7 +35,7 @@ _POLL_TASK = re.compile(r"^(wait_for|poll|check)_|_sensor$", re.IGNORECASE)
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
     sensor = _first_sensor(src)
     for call, func in src.calls:
-        name = _callee_name(call)
+        name = callee_name(call)
         for param in _NO_WAIT:
             kw = keyword(call, param)
             # without a sensor in the file it is fire-and-forget, not the split this rule is about
@@ -112,7 +112,7 @@ def check(src: Source, ctx: Context) -> Iterator[Finding]:
 
 def _is_sensor_call(src: Source, call: ast.Call) -> bool:
     """An operator named *Sensor, or a call of a @task.sensor / wait_for_* task of this file."""
-    name = _callee_name(call)
+    name = callee_name(call)
     if not name:
         return False
     if name.endswith("Sensor"):
@@ -132,7 +132,7 @@ def _is_sensor_call(src: Source, call: ast.Call) -> bool:
 def _first_sensor(src: Source) -> str | None:
     for call, _func in src.calls:
         if _is_sensor_call(src, call):
-            return _callee_name(call)
+            return callee_name(call)
     return None
 
 
@@ -155,7 +155,7 @@ def _linked_sensor(
                     and any(q in node.value for q in quoted)
                 )
             ):
-                name = _callee_name(call)
+                name = callee_name(call)
                 assigned = _assigned_to(src, call, sensor_func)
                 return f"{assigned} ({name})" if assigned and assigned != name else name
     return None
@@ -182,15 +182,6 @@ def _assigned_to(src: Source, call: ast.Call, func: Function | None) -> str | No
     for assign in func.assigns:
         if assign.value is call and isinstance(assign.targets[0], ast.Name):
             return assign.targets[0].id
-    return None
-
-
-def _callee_name(call: ast.Call) -> str | None:
-    callee = call.func
-    if isinstance(callee, ast.Name):
-        return callee.id
-    if isinstance(callee, ast.Attribute):
-        return callee.attr
     return None
 
 
