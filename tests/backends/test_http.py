@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import ipaddress
 import os
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -22,7 +24,7 @@ from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
 
 from taskstate import NEVER_EXPIRE, StateStore, TaskScope
-from taskstate.backends.http import HttpBackend
+from taskstate.backends.http import HttpBackend, Request
 from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.errors import (
@@ -30,6 +32,7 @@ from taskstate.errors import (
     BackendUnavailableError,
     ConfigError,
     InvalidKeyError,
+    InvalidValueError,
     ValueTooLargeError,
 )
 from taskstate.settings import Settings
@@ -153,11 +156,13 @@ class _Fake(http.server.BaseHTTPRequestHandler):
 
     answers: ClassVar[list[tuple[int, str, bytes, dict[str, str]]]] = []
     seen: ClassVar[list[tuple[str, str, dict[str, str]]]] = []
+    ports: ClassVar[list[int]] = []  # the client's port of each request: its connection
 
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
         type(self).seen.append((self.command, self.path, dict(self.headers)))
+        type(self).ports.append(self.client_address[1])
         answers = type(self).answers
         status, kind, body, headers = answers.pop(0) if len(answers) > 1 else answers[0]
         self.send_response(status)
@@ -174,17 +179,151 @@ class _Fake(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def fake() -> Iterator[str]:
-    _Fake.seen = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Fake)
+class _KeepAlive(_Fake):
+    """HTTP/1.1: the connection stays open between requests."""
+
+    protocol_version = "HTTP/1.1"
+
+
+class _ClosesIdle(_KeepAlive):
+    """HTTP/1.1 without `Connection: close`, but the connection is closed right after each
+    answer: what any server does to a keep-alive connection idle past its timeout."""
+
+    def _answer(self) -> None:
+        super()._answer()
+        self.close_connection = True
+
+    do_GET = do_PUT = do_DELETE = _answer
+
+
+def _serving(handler: type[_Fake]) -> Iterator[str]:
+    _Fake.seen, _Fake.ports = [], []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_port}/taskstate"
     httpd.shutdown()
 
 
+@pytest.fixture
+def fake() -> Iterator[str]:
+    yield from _serving(_Fake)
+
+
+@pytest.fixture
+def keep_alive() -> Iterator[str]:
+    yield from _serving(_KeepAlive)
+
+
+@pytest.fixture
+def closes_idle() -> Iterator[str]:
+    yield from _serving(_ClosesIdle)
+
+
 JSON = "application/json"
 ABSENT = (404, JSON, b'{"detail":"no"}', {"X-Taskstate-Error": "KeyNotFoundError"})
+
+
+NO_CONTENT = (204, JSON, b"", {})
+# A conditional write: never resent once it may have reached the server.
+CONDITIONAL = Request("PUT", "/x", body=b"{}", headers={"If-Match": '"e"'}, idempotent=False)
+
+
+def test_one_connection_per_process_kept_alive_and_a_forked_child_opens_its_own(
+    keep_alive: str,
+) -> None:
+    _Fake.answers = [NO_CONTENT]
+    client = HttpBackend(keep_alive, token="t").http
+    client.send(CONDITIONAL)
+    client.send(CONDITIONAL)
+    child = os.fork()
+    if child == 0:  # the child: its request must not travel on the parent's socket
+        try:
+            client.send(CONDITIONAL)
+        finally:
+            os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    client.send(CONDITIONAL)
+    first, second, from_child, again = _Fake.ports
+    assert first == second == again  # kept alive across requests, and across the fork
+    assert from_child != first
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_written_into(closes_idle: str) -> None:
+    """A server closes an idle keep-alive connection (uvicorn after 5 s): the next request
+    goes on a new connection. Written into the closed one, a conditional write would come
+    back as "outcome unknown" though the server never saw it."""
+    _Fake.answers = [NO_CONTENT]
+    client = HttpBackend(closes_idle, token="t").http
+    for _ in range(3):
+        client.send(CONDITIONAL)
+        time.sleep(0.2)  # the server's FIN arrives while the connection is idle
+    assert len(set(_Fake.ports)) == 3
+
+
+def _self_signed(root: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that no trust store holds, and its key."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "taskstate test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = root / "cert.pem", root / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_tls_is_checked_against_the_systems_trust_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An untrusted certificate is a ConfigError at once (not retried); trusted the system's
+    way (SSL_CERT_FILE), the same server answers, sync and async."""
+    cert, key = _self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    _Fake.seen, _Fake.answers = [], [ABSENT]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{httpd.server_port}/taskstate"
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match="TLS"):
+            _store(url).task_state(T).get("k")
+        assert time.monotonic() - started < 10  # not the 30 s retry window
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        state = _store(url).task_state(T)
+        assert state.get("k", "absent") == "absent"
+        assert asyncio.run(state.aget("k", "absent")) == "absent"
+        assert [method for method, _, _ in _Fake.seen] == ["GET", "GET"]
+    finally:
+        httpd.shutdown()
 
 
 def test_503_is_retried_with_backoff_then_answered(fake: str) -> None:
@@ -242,10 +381,10 @@ def test_the_server_stores_typed_errors_come_back_as_themselves(served: Server) 
     with pytest.raises(InvalidKeyError):
         state.set("k" * 600, 1)
     # ... and by the server's store: the same class either way.
-    wire = StateStore(served.url, settings=Settings(), backend=HttpBackend(served.url, token=""))
-    response = wire.backend.http.client().put(  # type: ignore[attr-defined]
-        served.url + "/api/v2/assets/state-store/k?name=a", json={"value": None}
-    )
+    null = Request("PUT", "/api/v2/assets/state-store/k", {"name": "a"}, b'{"value":null}')
+    with pytest.raises(InvalidValueError, match="delete"):
+        HttpBackend(served.url, token="").http.send(null)
+    response = httpx.put(served.url + null.path, params=null.params, json={"value": None})
     assert response.status_code == 422
     assert response.headers["X-Taskstate-Error"] == "InvalidValueError"
 
