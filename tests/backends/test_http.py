@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import http.server
 import ipaddress
+import json
 import os
+import signal
 import socket
 import ssl
 import subprocess
@@ -258,6 +260,59 @@ def test_a_connection_the_server_closed_while_idle_is_not_written_into(closes_id
         client.send(CONDITIONAL)
         time.sleep(0.2)  # the server's FIN arrives while the connection is idle
     assert len(set(_Fake.ports)) == 3
+
+
+class _SlowOnSlowPath(http.server.BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive: `/taskstate/slow` answers after 1 s, anything else at once; each
+    answer names its path."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/taskstate/slow"):
+            time.sleep(1.0)
+        body = json.dumps({"path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", JSON)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_interrupted_exchange_leaves_no_answer_for_the_next_request() -> None:
+    """Airflow's execution_timeout raises from a SIGALRM handler in the middle of whatever
+    the task does: a request cut off that way must not make the next one fail as "outcome
+    unknown" (nothing of it was sent), nor hand it the late answer."""
+
+    class TimedOut(Exception):
+        pass
+
+    def alarm(signum: int, frame: object) -> None:
+        raise TimedOut
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowOnSlowPath)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    client = HttpBackend(f"http://127.0.0.1:{httpd.server_port}/taskstate", token="t").http
+    previous = signal.signal(signal.SIGALRM, alarm)
+    try:
+        client.send(Request("GET", "/warm"))  # the connection is open and idle
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(TimedOut):
+            client.send(Request("GET", "/slow"))
+        conditional = Request(
+            "PUT", "/fast", body=b"{}", headers={"If-Match": '"e"'}, idempotent=False
+        )
+        assert client.send(conditional).json() == {"path": "/taskstate/fast"}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        httpd.shutdown()
 
 
 def _self_signed(root: Path) -> tuple[Path, Path]:

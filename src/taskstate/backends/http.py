@@ -235,7 +235,11 @@ class HttpClient:
             else http.client.HTTPConnection(self.host, timeout=self._connect_timeout)
         )
         local.connection, local.pid = None, os.getpid()
-        conn.connect()  # raises before anything is sent
+        try:
+            conn.connect()  # raises before anything is sent
+        except BaseException:
+            conn.close()  # a TCP connection whose TLS handshake failed
+            raise
         conn.sock.settimeout(self._timeout)
         conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         with _OPEN_LOCK:
@@ -255,9 +259,13 @@ class HttpClient:
             )
             answer = conn.getresponse()
             content = answer.read()
-        except (OSError, http.client.HTTPException) as exc:
+        except BaseException as exc:
+            # Half an exchange leaves the connection unusable (an interrupt too: its answer
+            # would be read as the next request's).
             conn.close()
-            raise NoAnswer(exc, sent=True) from exc
+            if isinstance(exc, (OSError, http.client.HTTPException)):
+                raise NoAnswer(exc, sent=True) from exc
+            raise
         if answer.will_close:
             conn.close()
         return Response(answer.status, answer.headers, content)
