@@ -381,6 +381,17 @@ def test_tls_is_checked_against_the_systems_trust_store(
         httpd.shutdown()
 
 
+def test_a_readiness_check_reports_the_server_as_it_is_now(fake: str) -> None:
+    """`db check` / `doctor` over HTTP: the store behind the server is unready (503) — one
+    request, at once an error (exit 1), not 30 s of retrying first."""
+    unready = b'{"status":"unavailable","detail":"the store cannot be read"}'
+    _Fake.answers = [(503, JSON, unready, {"Retry-After": "1"})]
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailableError, match="cannot be read"):
+        _store(fake).schema_status()
+    assert time.monotonic() - started < 5 and len(_Fake.seen) == 1
+
+
 def test_503_is_retried_with_backoff_then_answered(fake: str) -> None:
     _Fake.answers = [(503, JSON, b"{}", {}), (503, JSON, b"{}", {}), ABSENT]
     assert _store(fake).task_state(T).get("k", "absent") == "absent"

@@ -65,7 +65,7 @@ class OutcomeUnknownError(BackendUnavailableError):
 class Request:
     """One request, prepared once and sendable by the sync and the async client alike."""
 
-    __slots__ = ("body", "headers", "idempotent", "method", "params", "path")
+    __slots__ = ("body", "headers", "idempotent", "method", "params", "path", "retry")
 
     def __init__(
         self,
@@ -76,13 +76,16 @@ class Request:
         headers: Mapping[str, str] | None = None,
         *,
         idempotent: bool = True,
+        retry: bool = True,
     ) -> None:
+        """`retry=False`: the first answer is the answer (a readiness probe asks about now)."""
         self.method = method
         self.path = path
         self.params = dict(params or {})
         self.body = body
         self.headers = dict(headers or {})
         self.idempotent = idempotent
+        self.retry = retry
 
 
 def json_body(fields: Mapping[str, Any], value_text: str | None = None) -> bytes:
@@ -281,14 +284,14 @@ class HttpClient:
 
     def send(self, request: Request) -> Response:
         """Send with the retry rule; the checked answer (an error status raises)."""
-        retry = Retry(self.host, self.retry_window)
+        retry = Retry(self.host, self.retry_window if request.retry else 0.0)
         while True:
             try:
                 response = self._exchange(request)
             except NoAnswer as failure:
                 time.sleep(retry.after(failure, request.idempotent))
                 continue
-            wait = retry.after_status(response.status_code, request.idempotent)
+            wait = retry.after_status(response, request.idempotent)
             if wait is None:
                 return self.check(request, response)
             time.sleep(wait)
@@ -323,14 +326,14 @@ class HttpClient:
 
     async def asend(self, request: Request) -> Response:
         """`send` for async code, on the event loop's own connections."""
-        retry = Retry(self.host, self.retry_window)
+        retry = Retry(self.host, self.retry_window if request.retry else 0.0)
         while True:
             try:
                 response = await self._aexchange(request)
             except NoAnswer as failure:
                 await asyncio.sleep(retry.after(failure, request.idempotent))
                 continue
-            wait = retry.after_status(response.status_code, request.idempotent)
+            wait = retry.after_status(response, request.idempotent)
             if wait is None:
                 return self.check(request, response)
             await asyncio.sleep(wait)
@@ -396,21 +399,25 @@ class Retry:
             ) from problem
         return self._wait(what)
 
-    def after_status(self, status: int, idempotent: bool) -> float | None:
-        """Seconds to wait before sending again after `status`, or None to take the answer.
-        A 503 means the write was certainly not applied, so even a conditional one is sent
-        again."""
+    def after_status(self, response: Response, idempotent: bool) -> float | None:
+        """Seconds to wait before sending again after `response`'s status, or None to take
+        the answer. A 503 means the write was certainly not applied, so even a conditional
+        one is sent again."""
+        status = response.status_code
         if status not in TRANSIENT or (not idempotent and status != 503):
             return None
-        return self._wait(f"HTTP {status}")
+        what = f"HTTP {status}"
+        if _is_json(response):  # the server's reason (an unready store says which)
+            what += ": " + wire.detail_text(_json_or_text(response))
+        return self._wait(what)
 
     def _wait(self, what: str) -> float:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
+            tried = f" after retrying for {self.window:g} s" if self.window else ""
             raise BackendUnavailableError(
-                f"the taskstate server at {self.host} is unavailable ({what}) after retrying "
-                f"for {self.window:g} s; check that it runs and that this machine reaches it "
-                "([state_store] taskstate_url)"
+                f"the taskstate server at {self.host} is unavailable ({what}){tried}; check "
+                "that it runs and that this machine reaches it ([state_store] taskstate_url)"
             )
         wait = min(self.delay * (0.5 + random.random()), remaining)
         self.delay = min(self.delay * 2, 2.0)
@@ -580,8 +587,10 @@ class HttpBackend(StateBackend):
         return count
 
     def schema_status(self) -> SchemaStatus:
-        """Reachable and serving: the server's store keeps its own schema current."""
-        health = self.get_json(wire.HEALTH)
+        """Reachable and serving: the server's store keeps its own schema current. Asked once,
+        not retried: `db check` and `doctor` report the server as it is now (a 503 from an
+        unready store is a `BackendUnavailableError`, exit 1)."""
+        health = self.http.send(Request("GET", wire.HEALTH, retry=False)).json()
         if not isinstance(health, dict) or health.get("status") != "ok":
             raise BackendUnavailableError(f"{self.describe()}/health answered {health!r}")
         return SchemaStatus(current=0, latest=0)
