@@ -26,7 +26,7 @@ from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
 
 from taskstate import NEVER_EXPIRE, StateStore, TaskScope
-from taskstate.backends.http import HttpBackend, Request
+from taskstate.backends.http import HttpBackend, OutcomeUnknownError, Request
 from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.errors import (
@@ -379,6 +379,23 @@ def test_tls_is_checked_against_the_systems_trust_store(
         assert [method for method, _, _ in _Fake.seen] == ["GET", "GET"]
     finally:
         httpd.shutdown()
+
+
+def test_a_server_that_never_answers_is_a_timeout_and_a_write_is_not_resent() -> None:
+    """The connection opens (the kernel accepts it) and the request goes out, but no answer
+    comes: a conditional write is OutcomeUnknownError after one timeout (it may have landed;
+    the accessors resolve it by reading), a read is retried within the window."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # never accepted, never answered
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/taskstate"
+        client = HttpBackend(url, token="t", timeout=0.5, retry_window=1.0).http
+        started = time.monotonic()
+        with pytest.raises(OutcomeUnknownError, match="may or may not"):
+            client.send(CONDITIONAL)
+        assert time.monotonic() - started < 3  # one timeout: not sent again
+        with pytest.raises(BackendUnavailableError, match="after retrying for 1 s"):
+            client.send(Request("GET", "/x"))
 
 
 def test_a_readiness_check_reports_the_server_as_it_is_now(fake: str) -> None:
