@@ -5,9 +5,17 @@ PyPI, in the dev env) in a subprocess, with what the tests need that moto lacks:
   `job_seconds` after it was submitted (when it is next described);
 - Glue job runs go STARTING → RUNNING → SUCCEEDED by moto's own state manager, one step per
   `job_seconds / 2`;
+- Athena query executions go QUEUED → RUNNING → SUCCEEDED the same way, and a
+  `StartQueryExecution` with a `ClientRequestToken` seen before returns that execution instead
+  of starting another, as Athena does (moto ignores the token);
+- Batch runs without Docker (moto's "simple" Batch), but a job stays RUNNING `job_seconds` before
+  it succeeds (moto's would succeed at once); ECS tasks go RUNNING → … → STOPPED (exit 0) by
+  moto's state manager, one step per `job_seconds / 4`;
 - a ledger: one JSON line per submission the service accepted (Redshift Data
-  `ExecuteStatement`, Glue `StartJobRun`), which is what "how many jobs ran" is counted from.
-  Its `logical` is the first quoted string of the SQL, or the run's `--logical` argument.
+  `ExecuteStatement`, Glue `StartJobRun`, Athena `StartQueryExecution`, Batch `SubmitJob`, ECS
+  `RunTask`), which is what "how many jobs ran" is counted from. Its `logical` is the first
+  quoted string of the SQL, the Glue run's `--logical` argument, the Batch job's `logical`
+  parameter, or the ECS container override's `LOGICAL` environment variable.
 
 Run as a script it is the server (`python tests/aws_server.py PORT LEDGER JOB_SECONDS`).
 """
@@ -15,8 +23,8 @@ Run as a script it is the server (`python tests/aws_server.py PORT LEDGER JOB_SE
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -38,6 +46,38 @@ class Aws:
             return []
         return [json.loads(line) for line in self.ledger.read_text().splitlines()]
 
+    def create_job_queues(self) -> None:
+        """What the Batch and ECS operators of the tests run on: Batch compute environment
+        `ts-env`, queue `ts-queue`, job definition `ts-job`; ECS cluster `ts`, task definition
+        `ts-app` (one container, `app`)."""
+        import boto3
+
+        def client(name: str) -> Any:
+            return boto3.client(
+                name, endpoint_url=self.endpoint, region_name=REGION,
+                aws_access_key_id="testing", aws_secret_access_key="testing",
+            )  # fmt: skip
+
+        role = client("iam").create_role(RoleName="ts-batch", AssumeRolePolicyDocument="{}")
+        batch = client("batch")
+        env = batch.create_compute_environment(
+            computeEnvironmentName="ts-env", type="UNMANAGED", serviceRole=role["Role"]["Arn"]
+        )
+        order = [{"order": 1, "computeEnvironment": env["computeEnvironmentArn"]}]
+        batch.create_job_queue(
+            jobQueueName="ts-queue", state="ENABLED", priority=1, computeEnvironmentOrder=order
+        )
+        batch.register_job_definition(
+            jobDefinitionName="ts-job", type="container",
+            containerProperties={"image": "busybox", "vcpus": 1, "memory": 128},
+        )  # fmt: skip
+        ecs = client("ecs")
+        ecs.create_cluster(clusterName="ts")
+        ecs.register_task_definition(
+            family="ts-app",
+            containerDefinitions=[{"name": "app", "image": "busybox", "memory": 64}],
+        )
+
     def airflow_connection(self) -> str:
         """`AIRFLOW_CONN_AWS_DEFAULT`: Airflow's default AWS connection, pointed here."""
         extra = {"endpoint_url": self.endpoint, "region_name": REGION}
@@ -48,7 +88,7 @@ class Aws:
 @contextlib.contextmanager
 def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
     """A fresh server on 127.0.0.1 with an empty ledger, stopped on exit."""
-    from tests.postgres_server import free_port
+    from tests.postgres_server import free_port, wait_for_port
 
     port = free_port()
     ledger = workdir / f"aws-ledger-{port}.jsonl"
@@ -59,14 +99,10 @@ def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
         stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the AWS server did not start on port {port}; see {log.name}")
-            time.sleep(0.1)
-        yield Aws(f"http://127.0.0.1:{port}", ledger)
+        wait_for_port(port, proc, f"the AWS server (log: {log.name})")
+        aws = Aws(f"http://127.0.0.1:{port}", ledger)
+        aws.create_job_queues()
+        yield aws
     finally:
         proc.terminate()
         proc.wait(10)
@@ -74,6 +110,13 @@ def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
 
 
 def _serve(port: int, ledger: Path, job_seconds: float) -> None:
+    import inspect
+
+    from moto.athena.responses import AthenaResponse
+    from moto.batch.models import BatchBackend
+    from moto.batch_simple.models import BatchSimpleBackend
+    from moto.core.config import default_user_config
+    from moto.ecs.models import EC2ContainerServiceBackend
     from moto.glue.models import GlueBackend
     from moto.moto_api import state_manager
     from moto.redshiftdata.models import RedshiftDataAPIServiceBackend
@@ -109,6 +152,88 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
         record({"service": "glue", "id": run_id, "job": name, "logical": logical})
         return run_id
 
+    start_query = AthenaResponse.start_query_execution
+    by_token: dict[str, str] = {}
+
+    def start_query_execution(self: Any) -> Any:
+        token = self._get_param("ClientRequestToken")
+        if token in by_token:
+            return json.dumps({"QueryExecutionId": by_token[token]})
+        answer = start_query(self)
+        if isinstance(answer, str):  # accepted (an error comes back as a tuple)
+            execution_id = json.loads(answer)["QueryExecutionId"]
+            if token:
+                by_token[token] = execution_id
+            query = self._get_param("QueryString")
+            logical = query.split("'")[1] if "'" in query else None
+            record({"service": "athena", "id": execution_id, "logical": logical})
+        return answer
+
+    AthenaResponse.start_query_execution = start_query_execution  # type: ignore[method-assign]
+    state_manager.set_transition(
+        model_name="athena::execution",
+        transition={"progression": "time", "seconds": job_seconds / 2},
+    )
+    default_user_config["batch"] = {"use_docker": False}
+    batch_started: dict[str, float] = {}
+    submit_batch = BatchSimpleBackend.submit_job
+    describe_batch = BatchBackend.describe_jobs
+
+    def submit_batch_job(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = inspect.signature(submit_batch).bind(self, *args, **kwargs)
+        name, job_id, arn = submit_batch(self, *args, **kwargs)
+        logical = (bound.arguments.get("parameters") or {}).get("logical")
+        record({"service": "batch", "id": job_id, "job": name, "logical": logical})
+        return name, job_id, arn
+
+    def start_batch_job(self: Any, include_start_attempt: bool, job: Any) -> None:
+        self.backend._jobs[job.job_id] = job
+        job.job_started_at = datetime.datetime.now()
+        job.log_stream_name = job._stream_name
+        if include_start_attempt:
+            job._start_attempt()
+        job.status = "RUNNING"
+        batch_started[job.job_id] = time.monotonic()
+
+    def describe_batch_jobs(self: Any, jobs: Any) -> Any:
+        for job_id in jobs or []:
+            started = batch_started.get(job_id)
+            if started is not None and time.monotonic() - started > job_seconds:
+                self._jobs[job_id]._mark_stopped(success=True)
+        return describe_batch(self, jobs)
+
+    BatchSimpleBackend.submit_job = submit_batch_job  # type: ignore[method-assign]
+    BatchSimpleBackend._mark_job_as_finished = start_batch_job  # type: ignore[method-assign]
+    BatchBackend.describe_jobs = describe_batch_jobs  # type: ignore[method-assign]
+
+    run_ecs_task = EC2ContainerServiceBackend.run_task
+
+    def run_task(self: Any, *args: Any, **kwargs: Any) -> Any:
+        bound = inspect.signature(run_ecs_task).bind(self, *args, **kwargs)
+        tasks = run_ecs_task(self, *args, **kwargs)
+        overrides = bound.arguments.get("overrides") or {}
+        env = [e for c in overrides.get("containerOverrides", []) for e in c.get("environment", [])]
+        logical = next((e["value"] for e in env if e["name"] == "LOGICAL"), None)
+        for task in tasks:
+            record({"service": "ecs", "id": task.task_arn, "logical": logical})
+        return tasks
+
+    describe_ecs_tasks = EC2ContainerServiceBackend.describe_tasks
+
+    def describe_tasks(self: Any, *args: Any, **kwargs: Any) -> Any:
+        tasks = describe_ecs_tasks(self, *args, **kwargs)
+        for task in tasks:
+            if task.last_status == "STOPPED":  # as ECS: the containers stopped, exit code 0
+                task.desired_status = "STOPPED"
+                for container in task.containers:
+                    container.last_status = "STOPPED"
+        return tasks
+
+    EC2ContainerServiceBackend.run_task = run_task  # type: ignore[method-assign]
+    EC2ContainerServiceBackend.describe_tasks = describe_tasks  # type: ignore[method-assign]
+    state_manager.set_transition(
+        model_name="ecs::task", transition={"progression": "time", "seconds": job_seconds / 4}
+    )
     RedshiftDataAPIServiceBackend.execute_statement = execute  # type: ignore[method-assign]
     RedshiftDataAPIServiceBackend.describe_statement = describe  # type: ignore[method-assign]
     GlueBackend.start_job_run = start  # type: ignore[method-assign]

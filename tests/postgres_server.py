@@ -55,6 +55,18 @@ def free_port() -> int:
         return port
 
 
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
+    """Until a server started as `proc` accepts connections on 127.0.0.1:`port`; raises with
+    `what` (say where its log is) if it exits first or takes longer than `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
+            return
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start on port {port}")
+        time.sleep(0.1)
+
+
 def _server_user() -> str | None:
     """None when we may run the server ourselves; else the unprivileged user to run it as."""
     if os.geteuid() != 0:

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.postgres_server import free_port
+from tests.postgres_server import free_port, wait_for_port
 
 
 @contextlib.contextmanager
@@ -24,13 +22,7 @@ def running_s3() -> Iterator[str]:
         stderr=subprocess.DEVNULL,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):
-                break
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"moto_server did not start on port {port}")
-            time.sleep(0.1)
+        wait_for_port(port, proc, "moto_server")
         yield f"http://127.0.0.1:{port}"
     finally:
         proc.terminate()

@@ -1,5 +1,6 @@
 """`import taskstate` pulls in neither Airflow nor OpenTelemetry, checked where both are
-installed (each pinned Airflow env has apache-airflow and opentelemetry-sdk), so it can fail."""
+installed (each pinned Airflow env has apache-airflow and opentelemetry-sdk), so it can fail;
+nor the Airflow-layer packages (`taskstate.airflow`, `taskstate.providers`)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,10 @@ import importlib.util, json, sys
 installed = [m for m in ("airflow", "opentelemetry") if importlib.util.find_spec(m)]
 import taskstate
 loaded = sorted({m.split(".")[0] for m in sys.modules} & {"airflow", "opentelemetry"})
-print(json.dumps({"installed": installed, "loaded": loaded, "file": taskstate.__file__}))
+layers = sorted({".".join(m.split(".")[:2]) for m in sys.modules if m.startswith("taskstate.")}
+                & {"taskstate.airflow", "taskstate.providers"})
+print(json.dumps({"installed": installed, "loaded": loaded, "layers": layers,
+                  "file": taskstate.__file__}))
 """
 
 
@@ -32,3 +36,4 @@ def test_importing_taskstate_pulls_in_neither_airflow_nor_opentelemetry(version:
     assert report["file"].startswith(str(REPO / "src")), report  # this checkout's taskstate
     assert report["installed"] == ["airflow", "opentelemetry"], report  # else it proves nothing
     assert report["loaded"] == [], report
+    assert report["layers"] == [], report

@@ -212,6 +212,17 @@ RULES: dict[str, Rule] = _table(
         "id the operator tracks itself.",
         Advice.MIXIN,
     ),
+    Rule(
+        "TS410",
+        "provider-operator-not-durable",
+        INFO,
+        "{operator} submits a second job when a retry follows a crash ({where})",
+        "A worker killed while this operator waits leaves its job running, and the retry starts "
+        "another one (a second dbt build, Batch job, query...). taskstate.providers has the same "
+        "operator, same arguments and result, on ResumableJobMixin: the retry reconnects to the "
+        "job instead (blocking mode; see docs/providers.md).",
+        Advice.NONE,
+    ),
     # --- TS5xx: state store calls --------------------------------------------------------------
     Rule(
         "TS501",

@@ -22,10 +22,25 @@ def install(cls: Any) -> None:
     # (Airflow's BaseOperator's), gets the wrapper; Airflow's metaclass then wraps that.
     if not getattr(cls.__init__, "_taskstate_accepts_durable", False):
         cls.__init__ = _accepts_durable(cls.__init__)
+    elif "__init__" not in cls.__dict__:
+        # Airflow's metaclass fills `default_args` in only through an `__init__` that is not its
+        # first base's: a class built on a mixin subclass (`class Op(Base, BaseOperator)`,
+        # `Base(ResumableJobMixin)`) gets its own, or `default_args={"durable": ...}` is lost.
+        cls.__init__ = _own(cls.__init__)
     # Only Airflow's own `.partial()` (a `_PartialDescriptor` on BaseOperator, 2.x and 3.x);
     # a subclass of one already wrapped inherits the wrapper, which serves it too.
     if type(inspect.getattr_static(cls, "partial", None)).__name__ == "_PartialDescriptor":
         cls.partial = _partial_with_durable(cls)
+
+
+def _own(init: Callable[..., None]) -> Callable[..., None]:
+    """A class's own `__init__` doing what the inherited one does (same signature, same flag)."""
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+
+    return __init__
 
 
 def check(value: object) -> bool:

@@ -45,9 +45,12 @@ class ResumableJobMixin(ABC):
     def __init__(self, *args: Any, durable: Any = MISSING, **kwargs: Any) -> None:
         # Reached with `durable` only when a subclass forwards it explicitly (Airflow 3.3's
         # style: `super().__init__(durable=durable, **kwargs)`).
-        if durable is not MISSING:
-            self.durable = _durable.check(durable)
+        # Set after the next __init__: before it, Airflow's BaseOperator (next when the mixin
+        # comes first) has no state for its __setattr__ and fails on any attribute.
+        checked = MISSING if durable is MISSING else _durable.check(durable)
         super().__init__(*args, **kwargs)
+        if checked is not MISSING:
+            self.durable = checked
 
     # -- what an operator implements ------------------------------------------------------
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
+from importlib import metadata
+from pathlib import Path
 
-from taskstate.lint.airflow_version import PROVIDER_DURABLE
+from taskstate.lint.airflow_version import PROVIDER_DURABLE, SDK
 from taskstate.lint.checks.base import Context, with_note
 from taskstate.lint.finding import Finding
 from taskstate.lint.source import Function, Source, is_false, is_true, keyword
@@ -17,6 +20,8 @@ _MIXIN = "ResumableJobMixin"
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
     if "durable" in src.text:
         yield from _durable(src, ctx)
+    if "airflow.providers." in src.text:
+        yield from _not_durable_providers(src, ctx)
     if _MIXIN not in src.text:
         return
     mixins = _mixin_classes(src)
@@ -306,3 +311,100 @@ def _unexplained(src: Source, ctx: Context, node: ast.AST) -> Finding:
 def _snake(name: str) -> str:
     name = re.sub(r"Operator$", "", name) or name
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+# Provider operators taskstate.providers has crash-safe versions of: qualified name ->
+# (taskstate.providers module, apache-airflow-providers-<name>). Kept in step with that package.
+_PROVIDERS: dict[str, tuple[str, str]] = {
+    "airflow.providers.amazon.aws.operators.athena.AthenaOperator": ("amazon", "amazon"),
+    "airflow.providers.amazon.aws.operators.batch.BatchOperator": ("amazon", "amazon"),
+    "airflow.providers.amazon.aws.operators.ecs.EcsRunTaskOperator": ("amazon", "amazon"),
+    "airflow.providers.dbt.cloud.operators.dbt.DbtCloudRunJobOperator": ("dbt_cloud", "dbt-cloud"),
+    "airflow.providers.airbyte.operators.airbyte.AirbyteTriggerSyncOperator": (
+        "airbyte",
+        "airbyte",
+    ),
+}
+# Settings that take a task out of what TS410 is about: not waiting in the task (nothing for a
+# retry to reconnect to), or ECS's own `reattach` (a retry finds the task still running).
+_EXEMPT = {
+    "deferrable": is_true,
+    "asynchronous": is_true,
+    "wait_for_completion": is_false,
+    "wait_for_termination": is_false,
+    "reattach": is_true,
+}
+
+
+def _not_durable_providers(src: Source, ctx: Context) -> Iterator[Finding]:
+    later = _set_after_construction(src.tree)
+    for call, _func in src.calls:
+        qual = src.qualname(call.func)
+        if qual not in _PROVIDERS:
+            continue
+        settings = {kw.arg: kw.value for kw in call.keywords if kw.arg in _EXEMPT}
+        settings.update(later.get(id(call), {}))
+        if any(_EXEMPT[name](value) for name, value in settings.items()):
+            continue
+        module, name = _PROVIDERS[qual]
+        dist = f"apache-airflow-providers-{name}"
+        path, operator = qual.rsplit(".", 1)
+        release, on_mixin = _installed_release(dist, path.replace(".", "/") + ".py", operator)
+        version = ctx.version
+        if on_mixin and (version.parts is None or version.parts >= SDK):
+            continue  # upstream's durable path: native on 3.3+, the setting on 3.0-3.2 (TS406)
+        where = f"Airflow {version.label}" if version.parts else "any Airflow"
+        if release is not None:
+            where += f", {dist} {release}"
+            if on_mixin:
+                where += " (its mixin resumes from Airflow 3.0 on)"
+        yield ctx.finding(
+            src,
+            "TS410",
+            call.func,
+            operator=operator,
+            where=where,
+            before=src.lines_of(call, limit=3),
+            after=f"from taskstate.providers.{module} import {operator}  # same arguments",
+        )
+
+
+def _set_after_construction(tree: ast.Module) -> dict[int, dict[str, ast.expr]]:
+    """`task = Operator(...)` then `task.wait_for_completion = False`: id(call) -> {attr: value}
+    for the `_EXEMPT` attributes set on the variable later in the same body."""
+    found: dict[int, dict[str, ast.expr]] = {}
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        calls: dict[str, ast.Call] = {}
+        for stmt in body:
+            if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+                continue
+            target = stmt.targets[0]
+            if isinstance(target, ast.Name) and isinstance(stmt.value, ast.Call):
+                calls[target.id] = stmt.value
+            elif (
+                isinstance(target, ast.Attribute)
+                and target.attr in _EXEMPT
+                and isinstance(target.value, ast.Name)
+                and target.value.id in calls
+            ):
+                found.setdefault(id(calls[target.value.id]), {})[target.attr] = stmt.value
+    return found
+
+
+@functools.cache
+def _installed_release(dist: str, path: str, operator: str) -> tuple[str | None, bool]:
+    """The installed release of `dist` (None if it is not installed) and whether its `operator`
+    subclasses ResumableJobMixin. Reads the file; never imports Airflow."""
+    try:
+        found = metadata.distribution(dist)
+    except metadata.PackageNotFoundError:
+        return None, False
+    try:
+        text = Path(str(found.locate_file(path))).read_text()
+    except OSError:
+        return found.version, False
+    bases = re.search(rf"^class {operator}\(([^)]*)\)", text, re.MULTILINE)
+    return found.version, bool(bases and _MIXIN in bases.group(1))

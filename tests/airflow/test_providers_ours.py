@@ -1,0 +1,203 @@
+"""taskstate.providers' operators, real provider code from PyPI, SIGKILLed (or failed) at each
+point of a submission: one job per logical job, and the task's result is that job's.
+
+Services on loopback: moto for Athena, Batch and ECS (tests/aws_server.py), fakes of dbt Cloud
+and Airbyte (tests/job_services.py); each counts the jobs it accepted. Under the shared running
+deployment of Airflow 3.2 (scheduler + LocalExecutor) one DAG run has every operator at every
+kill point, and every operator starting with the id of another client's job in its state
+(`verify_job` must refuse it); under Airflow 2.10's (scheduler + SequentialExecutor, one task at
+a time) one run has every operator killed inside the submit→persist window, the point only
+taskstate closes; under `airflow dags test` on 3.3 (tasks in the command's own process: the
+fault is an exception) every operator at every point. The DAG:
+tests/airflow/provider_dags/ts_providers_ours.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.airflow.deployment import Deployments
+from tests.airflow.harness import AirflowHome, not_selected, versions
+from tests.aws_server import running_aws
+from tests.job_services import running_services
+
+pytestmark = pytest.mark.airflow
+
+DAG_FILE = Path(__file__).with_name("provider_dags") / "ts_providers_ours.py"
+KILLS = ("in_window", "after_persist", "while_polling")
+OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
+EVERY = [f"{op}_{point}" for op in OPERATORS for point in KILLS]
+FOREIGN = [f"{op}_foreign_id" for op in OPERATORS]
+WINDOW = [f"{op}_in_window" for op in OPERATORS]
+
+
+def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:
+    """One job per service that no task of the DAG submitted (its logical job is "foreign")."""
+    import boto3
+    import httpx
+
+    def client(name: str) -> Any:
+        return boto3.client(
+            name, endpoint_url=aws.endpoint, region_name="us-east-1",
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+        )  # fmt: skip
+
+    overrides = {"containerOverrides": [{"name": "app", "environment": [
+        {"name": "LOGICAL", "value": "foreign|ecs"}]}]}  # fmt: skip
+    with httpx.Client(verify=str(fakes.ca_bundle)) as http:
+        dbt = http.post(
+            f"https://{fakes.dbt_host}/api/v2/accounts/7/jobs/42/run/",
+            json={"cause": "foreign|dbt"},
+        ).json()["data"]["id"]
+        airbyte = http.post(
+            f"{fakes.airbyte_url}/jobs", json={"connectionId": "foreign|airbyte", "jobType": "sync"}
+        ).json()["jobId"]
+    return {
+        "athena": client("athena").start_query_execution(
+            QueryString="SELECT 'foreign|athena'",
+            ResultConfiguration={"OutputLocation": "s3://results/"},
+        )["QueryExecutionId"],
+        "batch": client("batch").submit_job(
+            jobName="ts_foreign_id",
+            jobQueue="ts-queue",
+            jobDefinition="ts-job",
+            parameters={"logical": "foreign|batch"},
+        )["jobId"],
+        "ecs": client("ecs").run_task(
+            cluster="ts", taskDefinition="ts-app", launchType="FARGATE", overrides=overrides
+        )["tasks"][0]["taskArn"],
+        "dbt_cloud": dbt,
+        "airbyte": airbyte,
+    }
+
+
+@contextlib.contextmanager
+def services(workdir: Path) -> Iterator[tuple[dict[str, str], Any]]:
+    """Every service, and `ledger(run_id)`: task -> [job ids the services accepted for it]."""
+    out = workdir / "out"
+    out.mkdir(parents=True)
+    with (
+        running_aws(workdir, job_seconds=4) as aws,
+        running_services(workdir, job_seconds=4) as fakes,
+    ):
+        endpoints = {
+            "aws": aws.endpoint,
+            "dbt": fakes.dbt_host,
+            "airbyte": fakes.airbyte_url,
+            "ca": str(fakes.ca_bundle),
+            "out": str(out),
+            "foreign": foreign_jobs(aws, fakes),
+        }
+
+        def ledger(run_id: str) -> dict[str, list[Any]]:
+            jobs: dict[str, list[Any]] = {}
+            for entry in aws.submissions() + fakes.submissions():
+                run, _, task = str(entry["logical"]).partition("|")
+                if run == run_id:
+                    jobs.setdefault(task, []).append(entry["id"])
+            return jobs
+
+        yield endpoints, ledger
+
+
+def reports(out: Path) -> dict[str, dict[str, Any]]:
+    return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
+
+
+def check(
+    tasks: list[str],
+    found: dict[str, dict[str, Any]],
+    jobs: dict[str, list[Any]],
+    foreign: dict[str, Any] | None = None,
+) -> None:
+    """Each task: one job, the result the operator returns for that job; a killed task was
+    retried once; a task that started with a foreign id refused it and ran its own job."""
+    assert sorted(found) == sorted(tasks), sorted(found)
+    one_each = Counter(dict.fromkeys(tasks, 1))
+    assert Counter({t: len(ids) for t, ids in jobs.items()}) == one_each, jobs
+    for task in tasks:
+        report, (job,) = found[task], jobs[task]
+        if task.endswith("_foreign_id"):
+            assert foreign is not None
+            assert report["try_number"] == 1, report
+            assert job != foreign[task.removesuffix("_foreign_id")], report
+        else:
+            assert report["try_number"] == 2, report  # try 1 died
+        assert report["stored"] == job, (task, report, job)
+        # ECS returns the task's last log line (None without CloudWatch logs); the others the id
+        assert report["result"] == (None if task.startswith("ecs_") else job), (task, report)
+
+
+@pytest.mark.parametrize(("version", "dag_id", "tasks"), [
+    ("3.2", "ts_providers_ours", EVERY + FOREIGN),
+    ("2.10", "ts_providers_ours_window", WINDOW),
+])  # fmt: skip
+def test_sigkilled_at_each_point_one_job_per_logical_job(
+    version: str, dag_id: str, tasks: list[str], deployments: Deployments, tmp_path: Path
+) -> None:
+    if version not in versions():
+        pytest.skip(not_selected([version]))
+    deployment = deployments.get(version, extra_dags=[DAG_FILE])
+    if not (deployment.home.dags / DAG_FILE.name).exists():  # started by an earlier test
+        shutil.copy(DAG_FILE, deployment.home.dags)
+        deployment.home.airflow("dags", "reserialize")
+    with services(tmp_path) as (endpoints, ledger):
+        run_id = deployment.trigger(dag_id, conf={"services": endpoints})
+        deployment.wait_for_run(dag_id, run_id, timeout=600)
+        jobs = ledger(run_id)
+    check(tasks, reports(Path(endpoints["out"])), jobs, endpoints["foreign"])
+
+
+@pytest.fixture(scope="module")
+def home_33(tmp_path_factory: pytest.TempPathFactory) -> AirflowHome:
+    if "3.3" not in versions():
+        pytest.skip(not_selected(["3.3"]))
+    return AirflowHome("3.3", tmp_path_factory.mktemp("providers-3.3"), [DAG_FILE])
+
+
+def test_dags_test_failed_at_each_point_one_job_per_logical_job(
+    home_33: AirflowHome, tmp_path: Path
+) -> None:
+    with services(tmp_path) as (endpoints, ledger):
+        env = {"TS_PROVIDER_FAULT": "raise", "TS_SERVICES": json.dumps(endpoints)}
+        home_33.dags_test("ts_providers_ours_kills", env=env)
+        found = reports(Path(endpoints["out"]))
+        jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
+    check(EVERY, found, jobs)
+
+
+PROBE = """
+import json
+from taskstate.providers.amazon import BatchOperator
+from taskstate.providers.dbt_cloud import DbtCloudRunJobOperator
+args = {"job_name": "j", "job_queue": "q", "job_definition": "d"}
+print(json.dumps({
+    "default": BatchOperator(task_id="a", **args).durable,
+    "argument": BatchOperator(task_id="b", durable=False, **args).durable,
+    "default_args": BatchOperator(task_id="c", default_args={"durable": False}, **args).durable,
+    "partial": DbtCloudRunJobOperator.partial(
+        task_id="d", default_args={"durable": False}
+    ).expand(job_id=[1]).partial_kwargs.get("durable"),
+    "key": DbtCloudRunJobOperator.external_id_key,
+}))
+"""
+
+
+def test_durable_is_taken_in_every_spelling(home_33: AirflowHome) -> None:
+    """`durable=False` as an argument, in `default_args` and in `.partial()` (the classes sit on
+    a mixin subclass, which Airflow's metaclass would otherwise skip for `default_args`)."""
+    out = home_33.python("-c", PROBE)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {
+        "default": True,
+        "argument": False,
+        "default_args": False,
+        "partial": False,
+        "key": "dbt_cloud_run_id",
+    }, out.stderr[-3000:]
