@@ -22,10 +22,13 @@ from typing import ClassVar
 
 import httpx
 import pytest
+from tests.api.server import running
 from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
 
 from taskstate import NEVER_EXPIRE, StateStore, TaskScope
+from taskstate.api.serve import standalone_app
+from taskstate.api.tokens import Claims, SigningKeys
 from taskstate.backends.http import HttpBackend, OutcomeUnknownError, Request
 from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
@@ -591,6 +594,34 @@ def test_pool_token_from_the_settings(tmp_path: Path, monkeypatch: pytest.Monkey
                 store.task_state(TaskScope("other", "r", "t")).set("k", 1)
     finally:
         server.stop()
+
+
+def test_the_writer_is_named_by_the_credentials(tmp_path: Path) -> None:
+    """A task-instance token writes as its task (Airflow's `kind: task`), a pool token as
+    `api` with its subject — whatever the worker's accessor would have claimed."""
+    keys = SigningKeys([SECRET])
+    scope = TaskScope("d", "r", "t", 2)
+    as_task = keys.issue(
+        Claims(subject="task:d/r/t/2", dag_ids=("d",), run_id="r", task_id="t",
+               map_index=2, try_number=1)
+    )  # fmt: skip
+    pool = keys.issue(Claims(subject="pool-a", dag_ids=("d",)))
+    with (
+        StateStore(f"sqlite:///{tmp_path}/s.db", settings=Settings()) as database,
+        running(standalone_app(database, keys)) as base,
+    ):
+        url = base + "/taskstate"
+        for token, key in ((as_task, "by_task"), (pool, "by_pool")):
+            remote = StateStore(url, settings=Settings(), backend=HttpBackend(url, token=token))
+            remote.task_state(scope, writer={"kind": "watcher"}).set(key, 1)
+            assert remote.task_state(scope).update("n", lambda n: n + 1, default=0) >= 1
+        entries = {e.key: e.updated_by for e in database.task_state(scope).page().items}
+    assert entries["by_task"] == {
+        "kind": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": 2
+    }  # fmt: skip
+    assert entries["by_pool"] == {"kind": "api", "subject": "pool-a"}
+    write_id = entries["n"].pop("write_id")  # the pool's update: a conditional write
+    assert write_id and entries["n"] == {"kind": "api", "subject": "pool-a"}
 
 
 @pytest.mark.parametrize(
