@@ -16,6 +16,11 @@ import pytest
 from tests.airflow.deployment import Deployment, Deployments
 from tests.airflow.harness import airflow_env, checkout_overlay, versions
 
+from taskstate import StateStore, TaskScope
+from taskstate.backends.http import HttpBackend
+from taskstate.errors import ConfigError, KeyNotFoundError
+from taskstate.settings import Settings
+
 pytestmark = pytest.mark.airflow
 
 HOSTS = [v for v in ("3.2", "2.11") if v in versions()] or ["none"]
@@ -92,7 +97,9 @@ def test_asset_state_by_name_or_uri_and_by_airflows_id(deployment: Deployment, r
         assert by_query.json()["value"].startswith("ts_")  # the latest run's id
         by_id = http.get(f"{V2}/assets/{asset_id}/state-store").json()
         assert [e["key"] for e in by_id["asset_state_store"]] == ["watermark"]
-        assert http.get(f"{V2}/assets/999999/state-store").status_code == 404
+        no_such_id = http.get(f"{V2}/assets/999999/state-store")
+        assert no_such_id.status_code == 404  # typed: no such asset, not no such route
+        assert no_such_id.headers["X-Taskstate-Error"] == "KeyNotFoundError"
         listed = http.get(f"{V2}/assets").json()["assets"]
         assert {"name": next(iter(query.values())), "keys": 1} in listed
     if deployment.major >= 3:  # the id Airflow's auth manager is asked about, as for its routes
@@ -136,6 +143,25 @@ def test_taskstate_tokens_work_inside_airflow(deployment: Deployment, run_id: st
         assert http.get(url, headers=other).status_code == 403
         forged = {"Authorization": "Bearer not-a-token"}
         assert http.get(url, headers=forged).status_code == 401
+
+
+def test_the_python_client_tells_a_missing_task_instance_from_a_wrong_url(
+    deployment: Deployment, run_id: str
+) -> None:
+    """Airflow's 404 for a task instance it does not know is typed (`X-Taskstate-Error`), so
+    the client raises KeyNotFoundError, not "no such route" (ConfigError)."""
+    url = deployment.base_url + "/taskstate"
+    token = deployment.taskstate_token(dag_ids=("ts_*",))
+    remote = StateStore(url, settings=Settings(), backend=HttpBackend(url, token=token))
+    with pytest.raises(KeyNotFoundError, match="Task instance not found"):
+        remote.task_state(TaskScope("ts_api", run_id, "no_such_task")).set("k", 1)
+    assert remote.task_state(TaskScope("ts_api", run_id, "writer")).get("written_by_dag") == {
+        "run_id": run_id,
+        "n": 42,
+    }
+    wrong = StateStore(url, settings=Settings(), backend=HttpBackend(url + "/x", token=token))
+    with pytest.raises(ConfigError, match="taskstate_url"):
+        wrong.task_state(TaskScope("ts_api", run_id, "writer")).get("written_by_dag")
 
 
 def test_doctor_says_the_plugin_serves(deployment: Deployment) -> None:

@@ -30,7 +30,7 @@ from urllib.parse import parse_qsl, quote, unquote_to_bytes
 
 import anyio.to_thread
 import pydantic
-from fastapi import HTTPException, status
+from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -279,7 +279,7 @@ async def _asset(ctx: AppContext, ids: list[bytes], query: dict[str, str]) -> As
         assert resolve is not None  # matched only when the host resolves ids
         found = await anyio.to_thread.run_sync(resolve, int(raw))
         if found is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"Asset with id {int(raw)} not found")
+            raise KeyNotFoundError(f"Asset with id {int(raw)} not found")  # typed, as below
         return found
     name, uri = query.get("name"), query.get("uri")
     if name is None and uri is None:
