@@ -159,6 +159,8 @@ def test_the_python_client_tells_a_missing_task_instance_from_a_wrong_url(
         "run_id": run_id,
         "n": 42,
     }
+    # The listings under a dag and a run id (read from the raw path: a run id holds `:`, `+`).
+    assert TaskScope("ts_api", run_id, "writer") in {s for s, _ in remote.scopes()}
     wrong = StateStore(url, settings=Settings(), backend=HttpBackend(url + "/x", token=token))
     with pytest.raises(ConfigError, match="taskstate_url"):
         wrong.task_state(TaskScope("ts_api", run_id, "writer")).get("written_by_dag")
