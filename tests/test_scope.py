@@ -3,13 +3,16 @@ length bounds; every name the rules accept is stored and read back by every back
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
+from tests.stores import opener
 
 from taskstate import AssetScope, StateStore, TaskScope
 from taskstate.errors import InvalidKeyError, InvalidScopeError, TaskStateError
@@ -105,6 +108,26 @@ def test_any_text_is_refused_typed_or_round_trips_on_sqlite(
     path = tmp_path_factory.getbasetemp() / "names.db"
     with StateStore(f"sqlite:///{path}", settings=Settings()) as store:
         round_trip_or_typed_error(store, dag_id, key)
+
+
+@pytest.fixture(scope="module")
+def served_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StateStore]:
+    """The store over HTTP (`tests/stores.py`): ids and keys as path segments of the API."""
+    with ExitStack() as stack:
+        yield opener("http", tmp_path_factory.mktemp("names"), time.time, stack)().store
+
+
+@given(dag_id=any_text, key=any_text)
+@example(dag_id="a/b", key="state-store/x")
+@example(dag_id="..", key=".")
+@example(dag_id="%2F", key="%FF")
+@example(dag_id="é/%", key="a%2Fb")
+def test_any_text_is_refused_typed_or_round_trips_over_http(
+    served_store: StateStore, dag_id: str, key: str
+) -> None:
+    """Defect 6: `/`, `%`, `.`/`..` and non-ASCII ids and keys reach their own scope and key
+    through the API's paths, the discovery listings included, whatever the text."""
+    round_trip_or_typed_error(served_store, dag_id, key)
 
 
 def test_scope_errors_are_value_errors() -> None:

@@ -1,16 +1,21 @@
-"""The accessors' semantics: scopes, expiry, NEVER_EXPIRE, atomic updates, async twins."""
+"""The accessors' semantics: scopes, expiry, NEVER_EXPIRE, atomic updates, async twins — each
+test run on a local store and on the same store over HTTP (`tests/stores.py`), unchanged."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
 import pickle
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.conftest import Clock
+from tests.stores import SIDES, Opened, Opener, opener
 
 from taskstate import NEVER_EXPIRE, AssetScope, StateStore, TaskScope
 from taskstate.errors import InvalidRetentionError, InvalidScopeError, InvalidValueError
@@ -18,6 +23,29 @@ from taskstate.settings import Settings
 
 T = TaskScope("dag", "run", "task")
 DAY = 86400.0
+
+
+@pytest.fixture(params=SIDES)
+def open_store(request: pytest.FixtureRequest, tmp_path: Path, clock: Clock) -> Iterator[Opener]:
+    """`open_store(settings)`: a fresh store on the test's clock, local or over HTTP."""
+    with ExitStack() as stack:
+        yield opener(request.param, tmp_path, clock, stack)
+
+
+@pytest.fixture
+def opened(open_store: Opener) -> Opened:
+    return open_store()
+
+
+@pytest.fixture
+def store(opened: Opened) -> StateStore:
+    return opened.store
+
+
+@pytest.fixture
+def database(opened: Opened) -> StateStore:
+    """Where the database is: the store itself, or the server's (cleanup runs there)."""
+    return opened.database
 
 
 def test_retries_share_state_and_runs_do_not(store: StateStore) -> None:
@@ -52,7 +80,7 @@ def test_get_default_and_delete_is_noop(store: StateStore) -> None:
 
 
 def test_default_retention_and_expired_reads_as_absent_before_cleanup(
-    store: StateStore, clock: Clock
+    store: StateStore, database: StateStore, clock: Clock
 ) -> None:
     acc = store.task_state(T)
     acc.set("k", 1)  # default_retention_days = 30
@@ -61,7 +89,7 @@ def test_default_retention_and_expired_reads_as_absent_before_cleanup(
     clock.now += 1
     assert acc.get("k", "gone") == "gone"
     assert acc.keys() == [] and acc.items() == []
-    assert store.backend.count_expired(clock.now) == 1  # still a row until cleanup
+    assert database.backend.count_expired(clock.now) == 1  # still a row until cleanup
 
 
 def test_retention_override_and_never_expire(store: StateStore, clock: Clock) -> None:
@@ -83,13 +111,17 @@ def test_retention_override_and_never_expire(store: StateStore, clock: Clock) ->
         timedelta(days=3_000_000),
     ],
 )
-def test_never_expire_is_recognised_by_value(store: StateStore, equal: timedelta) -> None:
+def test_never_expire_is_recognised_by_value(
+    store: StateStore, database: StateStore, equal: timedelta
+) -> None:
     acc = store.task_state(T)
     acc.set("k", 1, retention=equal)
-    assert store.backend.get(T.namespace, "k").expires_at is None  # type: ignore[union-attr]
+    assert database.backend.get(T.namespace, "k").expires_at is None  # type: ignore[union-attr]
 
 
-def test_a_never_expiring_key_outlives_every_cleanup(store: StateStore, clock: Clock) -> None:
+def test_a_never_expiring_key_outlives_every_cleanup(
+    store: StateStore, database: StateStore, clock: Clock
+) -> None:
     # Airflow 3.3 spells it `timedelta.max`; tests/airflow/test_coexistence.py checks that
     # Airflow's own NEVER_EXPIRE equals ours inside a real task.
     acc = store.task_state(T)
@@ -97,7 +129,7 @@ def test_a_never_expiring_key_outlives_every_cleanup(store: StateStore, clock: C
     acc.set("ours", 2, retention=NEVER_EXPIRE)
     acc.set("finite", 3, retention=timedelta(days=1))
     clock.now += 7000 * 365 * DAY  # the year ~8800: every finite retention has run out
-    assert store.cleanup().deleted == 1
+    assert database.cleanup().deleted == 1
     assert (acc.get("airflow"), acc.get("ours"), acc.get("finite")) == (1, 2, None)
 
 
@@ -118,10 +150,8 @@ def test_bad_retention_is_a_clear_error_and_writes_nothing(store: StateStore, ba
             acc.set("k", 1, retention=bad)
 
 
-def test_zero_default_retention_days_means_never(tmp_path: Path, clock: Clock) -> None:
-    store = StateStore(
-        f"sqlite:///{tmp_path}/s.db", settings=Settings(default_retention_days=0), clock=clock
-    )
+def test_zero_default_retention_days_means_never(open_store: Opener, clock: Clock) -> None:
+    store = open_store(Settings(default_retention_days=0)).store
     store.task_state(T).set("k", 1)
     clock.now += 10**6 * DAY
     assert store.task_state(T).get("k") == 1
@@ -138,7 +168,7 @@ def test_asset_state_is_shared_and_never_expires(store: StateStore, clock: Clock
         producer.set("k", 1, retention=NEVER_EXPIRE)  # type: ignore[call-arg]
 
 
-def test_scopes_validate(store: StateStore) -> None:
+def test_scopes_validate() -> None:
     with pytest.raises(InvalidScopeError):
         TaskScope("", "run", "task")
     with pytest.raises(InvalidScopeError):
@@ -212,10 +242,14 @@ def test_async_twins(store: StateStore) -> None:
     assert asyncio.run(go()) == [1, 2, 0, None, None]
 
 
-def test_store_opened_from_settings_url(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AIRFLOW__STATE_STORE__TASKSTATE_URL", f"sqlite:///{tmp_path}/env.db")
+def test_store_opened_from_settings_url(
+    opened: Opened, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__TASKSTATE_URL", opened.url)
+    monkeypatch.setenv("AIRFLOW__STATE_STORE__TASKSTATE_TOKEN", opened.token)
+    clock.now = time.time()  # StateStore() keeps time by the real clock
     StateStore().task_state(T).set("k", 1)
-    assert (tmp_path / "env.db").exists()
+    assert opened.database.task_state(T).get("k") == 1
 
 
 def test_default_file_is_under_airflow_home(

@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import decimal
 import math
+import time
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
 from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from tests.stores import SIDES, opener
 
 from taskstate import StateStore, TaskScope
 from taskstate.errors import (
@@ -43,10 +47,16 @@ json_values = st.recursive(
 )
 
 
-@pytest.fixture(scope="module")
-def shared_store(tmp_path_factory: pytest.TempPathFactory) -> StateStore:
-    path = tmp_path_factory.mktemp("values") / "state.db"
-    return StateStore(f"sqlite:///{path}", settings=Settings(max_value_storage_bytes=0))
+@pytest.fixture(scope="module", params=SIDES)
+def shared_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StateStore]:
+    """One store per side for the module: local, and over HTTP (`tests/stores.py`)."""
+    with ExitStack() as stack:
+        root = tmp_path_factory.mktemp("values")
+        yield opener(request.param, root, time.time, stack)(
+            Settings(max_value_storage_bytes=0)
+        ).store
 
 
 @settings(max_examples=300, deadline=None)

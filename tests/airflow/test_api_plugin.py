@@ -16,6 +16,11 @@ import pytest
 from tests.airflow.deployment import Deployment, Deployments
 from tests.airflow.harness import airflow_env, checkout_overlay, versions
 
+from taskstate import StateStore, TaskScope
+from taskstate.backends.http import HttpBackend
+from taskstate.errors import ConfigError, KeyNotFoundError
+from taskstate.settings import Settings
+
 # The first test starts the deployment (240 s), waits for a task instance (180 s) and a run
 # (300 s), after migrating and creating users: more than the suite's default 600 s.
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]
@@ -94,7 +99,9 @@ def test_asset_state_by_name_or_uri_and_by_airflows_id(deployment: Deployment, r
         assert by_query.json()["value"].startswith("ts_")  # the latest run's id
         by_id = http.get(f"{V2}/assets/{asset_id}/state-store").json()
         assert [e["key"] for e in by_id["asset_state_store"]] == ["watermark"]
-        assert http.get(f"{V2}/assets/999999/state-store").status_code == 404
+        no_such_id = http.get(f"{V2}/assets/999999/state-store")
+        assert no_such_id.status_code == 404  # typed: no such asset, not no such route
+        assert no_such_id.headers["X-Taskstate-Error"] == "KeyNotFoundError"
         listed = http.get(f"{V2}/assets").json()["assets"]
         assert {"name": next(iter(query.values())), "keys": 1} in listed
     if deployment.major >= 3:  # the id Airflow's auth manager is asked about, as for its routes
@@ -172,6 +179,27 @@ def test_a_write_with_the_previous_trys_token_is_fenced_while_the_next_try_runs(
             http.put(f"{url}/release", json={"value": True}, headers=tokens[2]).status_code == 204
         )
     deployment.wait_for_run("ts_fence", run)
+
+
+def test_the_python_client_tells_a_missing_task_instance_from_a_wrong_url(
+    deployment: Deployment, run_id: str
+) -> None:
+    """Airflow's 404 for a task instance it does not know is typed (`X-Taskstate-Error`), so
+    the client raises KeyNotFoundError, not "no such route" (ConfigError)."""
+    url = deployment.base_url + "/taskstate"
+    token = deployment.taskstate_token(dag_ids=("ts_*",))
+    remote = StateStore(url, settings=Settings(), backend=HttpBackend(url, token=token))
+    with pytest.raises(KeyNotFoundError, match="Task instance not found"):
+        remote.task_state(TaskScope("ts_api", run_id, "no_such_task")).set("k", 1)
+    assert remote.task_state(TaskScope("ts_api", run_id, "writer")).get("written_by_dag") == {
+        "run_id": run_id,
+        "n": 42,
+    }
+    # The listings under a dag and a run id (read from the raw path: a run id holds `:`, `+`).
+    assert TaskScope("ts_api", run_id, "writer") in {s for s, _ in remote.scopes()}
+    wrong = StateStore(url, settings=Settings(), backend=HttpBackend(url + "/x", token=token))
+    with pytest.raises(ConfigError, match="taskstate_url"):
+        wrong.task_state(TaskScope("ts_api", run_id, "writer")).get("written_by_dag")
 
 
 def test_doctor_says_the_plugin_serves(deployment: Deployment) -> None:

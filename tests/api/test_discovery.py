@@ -100,3 +100,20 @@ def test_a_glob_lists_only_its_dags_and_pins_narrow_the_counts(served: Served) -
         assert client.get(f"{V2}/dags").json()["dags"] == [{"dag_id": "etl_a", "keys": 4}]
         runs = client.get(f"{V2}/dags/etl_a/dagRuns").json()
         assert runs == {"dag_runs": [{"dag_run_id": "r1", "keys": 4}], "total_entries": 1}
+
+
+def test_ids_are_read_from_the_path_as_sent(api: httpx.Client, served: Served) -> None:
+    """Defects 6 and 12 on the listings: `%2F` stays inside a dag or run id, `.`/`..` are ids,
+    and a segment that is not UTF-8 is 422 (after 401), never folded into U+FFFD."""
+    for dag, run in (("a/b", "r/1"), ("a", "r"), (".", ".."), ("\ufffd", "r")):
+        served.store.task_state(TaskScope(dag, run, "t")).set("k", 1)
+    runs = api.get(f"{V2}/dags/a%2Fb/dagRuns").json()
+    assert runs["dag_runs"] == [{"dag_run_id": "r/1", "keys": 1}]
+    instances = api.get(f"{V2}/dags/a%2Fb/dagRuns/r%2F1/taskInstances").json()
+    assert instances["task_instances"] == [{"task_id": "t", "map_index": -1, "keys": 1}]
+    assert api.get(f"{V2}/dags/a/dagRuns").json()["dag_runs"] == [{"dag_run_id": "r", "keys": 1}]
+    dots = api.get(f"{V2}/dags/%2E/dagRuns/%2E%2E/taskInstances").json()
+    assert dots["total_entries"] == 1
+    for path in (f"{V2}/dags/%FF/dagRuns", f"{V2}/dags/a/dagRuns/%FE/taskInstances"):
+        assert api.get(path).status_code == 422
+        assert httpx.get(served.base + path).status_code == 401

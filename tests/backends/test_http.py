@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import http.server
+import ipaddress
+import json
 import os
+import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -18,12 +22,15 @@ from typing import ClassVar
 
 import httpx
 import pytest
+from tests.api.server import running
 from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
 from tests.test_processes import race_compare_and_set
 
 from taskstate import NEVER_EXPIRE, StateStore, TaskScope
-from taskstate.backends.http import HttpBackend
+from taskstate.api.serve import standalone_app
+from taskstate.api.tokens import Claims, SigningKeys
+from taskstate.backends.http import HttpBackend, OutcomeUnknownError, Request
 from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.errors import (
@@ -31,6 +38,7 @@ from taskstate.errors import (
     BackendUnavailableError,
     ConfigError,
     InvalidKeyError,
+    InvalidValueError,
     ValueTooLargeError,
 )
 from taskstate.settings import Settings
@@ -160,11 +168,13 @@ class _Fake(http.server.BaseHTTPRequestHandler):
 
     answers: ClassVar[list[tuple[int, str, bytes, dict[str, str]]]] = []
     seen: ClassVar[list[tuple[str, str, dict[str, str]]]] = []
+    ports: ClassVar[list[int]] = []  # the client's port of each request: its connection
 
     def _answer(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
         type(self).seen.append((self.command, self.path, dict(self.headers)))
+        type(self).ports.append(self.client_address[1])
         answers = type(self).answers
         status, kind, body, headers = answers.pop(0) if len(answers) > 1 else answers[0]
         self.send_response(status)
@@ -181,17 +191,232 @@ class _Fake(http.server.BaseHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
-def fake() -> Iterator[str]:
-    _Fake.seen = []
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Fake)
+class _KeepAlive(_Fake):
+    """HTTP/1.1: the connection stays open between requests."""
+
+    protocol_version = "HTTP/1.1"
+
+
+class _ClosesIdle(_KeepAlive):
+    """HTTP/1.1 without `Connection: close`, but the connection is closed right after each
+    answer: what any server does to a keep-alive connection idle past its timeout."""
+
+    def _answer(self) -> None:
+        super()._answer()
+        self.close_connection = True
+
+    do_GET = do_PUT = do_DELETE = _answer
+
+
+def _serving(handler: type[_Fake]) -> Iterator[str]:
+    _Fake.seen, _Fake.ports = [], []
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_port}/taskstate"
     httpd.shutdown()
 
 
+@pytest.fixture
+def fake() -> Iterator[str]:
+    yield from _serving(_Fake)
+
+
+@pytest.fixture
+def keep_alive() -> Iterator[str]:
+    yield from _serving(_KeepAlive)
+
+
+@pytest.fixture
+def closes_idle() -> Iterator[str]:
+    yield from _serving(_ClosesIdle)
+
+
 JSON = "application/json"
 ABSENT = (404, JSON, b'{"detail":"no"}', {"X-Taskstate-Error": "KeyNotFoundError"})
+
+
+NO_CONTENT = (204, JSON, b"", {})
+# A conditional write: never resent once it may have reached the server.
+CONDITIONAL = Request("PUT", "/x", body=b"{}", headers={"If-Match": '"e"'}, idempotent=False)
+
+
+def test_one_connection_per_process_kept_alive_and_a_forked_child_opens_its_own(
+    keep_alive: str,
+) -> None:
+    _Fake.answers = [NO_CONTENT]
+    client = HttpBackend(keep_alive, token="t").http
+    client.send(CONDITIONAL)
+    client.send(CONDITIONAL)
+    child = os.fork()
+    if child == 0:  # the child: its request must not travel on the parent's socket
+        try:
+            client.send(CONDITIONAL)
+        finally:
+            os._exit(0)
+    assert os.waitpid(child, 0)[1] == 0
+    client.send(CONDITIONAL)
+    first, second, from_child, again = _Fake.ports
+    assert first == second == again  # kept alive across requests, and across the fork
+    assert from_child != first
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_written_into(closes_idle: str) -> None:
+    """A server closes an idle keep-alive connection (uvicorn after 5 s): the next request
+    goes on a new connection. Written into the closed one, a conditional write would come
+    back as "outcome unknown" though the server never saw it."""
+    _Fake.answers = [NO_CONTENT]
+    client = HttpBackend(closes_idle, token="t").http
+    for _ in range(3):
+        client.send(CONDITIONAL)
+        time.sleep(0.2)  # the server's FIN arrives while the connection is idle
+    assert len(set(_Fake.ports)) == 3
+
+
+class _SlowOnSlowPath(http.server.BaseHTTPRequestHandler):
+    """HTTP/1.1 keep-alive: `/taskstate/slow` answers after 1 s, anything else at once; each
+    answer names its path."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.startswith("/taskstate/slow"):
+            time.sleep(1.0)
+        body = json.dumps({"path": self.path}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", JSON)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_PUT = _answer
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_an_interrupted_exchange_leaves_no_answer_for_the_next_request() -> None:
+    """Airflow's execution_timeout raises from a SIGALRM handler in the middle of whatever
+    the task does: a request cut off that way must not make the next one fail as "outcome
+    unknown" (nothing of it was sent), nor hand it the late answer."""
+
+    class TimedOut(Exception):
+        pass
+
+    def alarm(signum: int, frame: object) -> None:
+        raise TimedOut
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _SlowOnSlowPath)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    client = HttpBackend(f"http://127.0.0.1:{httpd.server_port}/taskstate", token="t").http
+    previous = signal.signal(signal.SIGALRM, alarm)
+    try:
+        client.send(Request("GET", "/warm"))  # the connection is open and idle
+        signal.setitimer(signal.ITIMER_REAL, 0.3)
+        with pytest.raises(TimedOut):
+            client.send(Request("GET", "/slow"))
+        conditional = Request(
+            "PUT", "/fast", body=b"{}", headers={"If-Match": '"e"'}, idempotent=False
+        )
+        assert client.send(conditional).json() == {"path": "/taskstate/fast"}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        httpd.shutdown()
+
+
+def _self_signed(root: Path) -> tuple[Path, Path]:
+    """A certificate for 127.0.0.1 that no trust store holds, and its key."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "taskstate test")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(
+            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+            critical=False,
+        )
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = root / "cert.pem", root / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return cert_path, key_path
+
+
+def test_tls_is_checked_against_the_systems_trust_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An untrusted certificate is a ConfigError at once (not retried); trusted the system's
+    way (SSL_CERT_FILE), the same server answers, sync and async."""
+    cert, key = _self_signed(tmp_path)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    _Fake.seen, _Fake.answers = [], [ABSENT]
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
+    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"https://127.0.0.1:{httpd.server_port}/taskstate"
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigError, match="TLS"):
+            _store(url).task_state(T).get("k")
+        assert time.monotonic() - started < 10  # not the 30 s retry window
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        state = _store(url).task_state(T)
+        assert state.get("k", "absent") == "absent"
+        assert asyncio.run(state.aget("k", "absent")) == "absent"
+        assert [method for method, _, _ in _Fake.seen] == ["GET", "GET"]
+    finally:
+        httpd.shutdown()
+
+
+def test_a_server_that_never_answers_is_a_timeout_and_a_write_is_not_resent() -> None:
+    """The connection opens (the kernel accepts it) and the request goes out, but no answer
+    comes: a conditional write is OutcomeUnknownError after one timeout (it may have landed;
+    the accessors resolve it by reading), a read is retried within the window."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)  # never accepted, never answered
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}/taskstate"
+        client = HttpBackend(url, token="t", timeout=0.5, retry_window=1.0).http
+        started = time.monotonic()
+        with pytest.raises(OutcomeUnknownError, match="may or may not"):
+            client.send(CONDITIONAL)
+        assert time.monotonic() - started < 3  # one timeout: not sent again
+        with pytest.raises(BackendUnavailableError, match="after retrying for 1 s"):
+            client.send(Request("GET", "/x"))
+
+
+def test_a_readiness_check_reports_the_server_as_it_is_now(fake: str) -> None:
+    """`db check` / `doctor` over HTTP: the store behind the server is unready (503) — one
+    request, at once an error (exit 1), not 30 s of retrying first."""
+    unready = b'{"status":"unavailable","detail":"the store cannot be read"}'
+    _Fake.answers = [(503, JSON, unready, {"Retry-After": "1"})]
+    started = time.monotonic()
+    with pytest.raises(BackendUnavailableError, match="cannot be read"):
+        _store(fake).schema_status()
+    assert time.monotonic() - started < 5 and len(_Fake.seen) == 1
 
 
 def test_503_is_retried_with_backoff_then_answered(fake: str) -> None:
@@ -249,10 +474,10 @@ def test_the_server_stores_typed_errors_come_back_as_themselves(served: Server) 
     with pytest.raises(InvalidKeyError):
         state.set("k" * 600, 1)
     # ... and by the server's store: the same class either way.
-    wire = StateStore(served.url, settings=Settings(), backend=HttpBackend(served.url, token=""))
-    response = wire.backend.http.client().put(  # type: ignore[attr-defined]
-        served.url + "/api/v2/assets/state-store/k?name=a", json={"value": None}
-    )
+    null = Request("PUT", "/api/v2/assets/state-store/k", {"name": "a"}, b'{"value":null}')
+    with pytest.raises(InvalidValueError, match="delete"):
+        HttpBackend(served.url, token="").http.send(null)
+    response = httpx.put(served.url + null.path, params=null.params, json={"value": None})
     assert response.status_code == 422
     assert response.headers["X-Taskstate-Error"] == "InvalidValueError"
 
@@ -376,6 +601,34 @@ def test_pool_token_from_the_settings(tmp_path: Path, monkeypatch: pytest.Monkey
                 store.task_state(TaskScope("other", "r", "t")).set("k", 1)
     finally:
         server.stop()
+
+
+def test_the_writer_is_named_by_the_credentials(tmp_path: Path) -> None:
+    """A task-instance token writes as its task (Airflow's `kind: task`), a pool token as
+    `api` with its subject — whatever the worker's accessor would have claimed."""
+    keys = SigningKeys([SECRET])
+    scope = TaskScope("d", "r", "t", 2)
+    as_task = keys.issue(
+        Claims(subject="task:d/r/t/2", dag_ids=("d",), run_id="r", task_id="t",
+               map_index=2, try_number=1)
+    )  # fmt: skip
+    pool = keys.issue(Claims(subject="pool-a", dag_ids=("d",)))
+    with (
+        StateStore(f"sqlite:///{tmp_path}/s.db", settings=Settings()) as database,
+        running(standalone_app(database, keys)) as base,
+    ):
+        url = base + "/taskstate"
+        for token, key in ((as_task, "by_task"), (pool, "by_pool")):
+            remote = StateStore(url, settings=Settings(), backend=HttpBackend(url, token=token))
+            remote.task_state(scope, writer={"kind": "watcher"}).set(key, 1)
+            assert remote.task_state(scope).update("n", lambda n: n + 1, default=0) >= 1
+        entries = {e.key: e.updated_by for e in database.task_state(scope).page().items}
+    assert entries["by_task"] == {
+        "kind": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": 2
+    }  # fmt: skip
+    assert entries["by_pool"] == {"kind": "api", "subject": "pool-a"}
+    write_id = entries["n"].pop("write_id")  # the pool's update: a conditional write
+    assert write_id and entries["n"] == {"kind": "api", "subject": "pool-a"}
 
 
 @pytest.mark.parametrize(

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 
 from taskstate.api import models
 from taskstate.api.auth import Principal, TokenPrincipal
 from taskstate.api.context import Caller, Ctx, Limit, Offset, json_response, page_bounds
+from taskstate.api.routes_state import listing_ids
 from taskstate.discovery import EVERYTHING, MayTask, Reach
 from taskstate.scope import AssetScope
 
@@ -49,9 +50,15 @@ def list_dags(ctx: Ctx, principal: Caller, limit: Limit = 50, offset: Offset = 0
 
 @router.get("/dags/{dag_id}/dagRuns", response_model=models.DagRunCollection)
 def list_dag_runs(
-    dag_id: str, ctx: Ctx, principal: Caller, limit: Limit = 50, offset: Offset = 0
+    dag_id: str,
+    request: Request,
+    ctx: Ctx,
+    principal: Caller,
+    limit: Limit = 50,
+    offset: Offset = 0,
 ) -> Response:
     """Run ids of one DAG with task state."""
+    (dag_id,) = listing_ids(request, dag_id)  # after authentication: 401 before 422
     limit, offset = page_bounds(ctx, limit, offset)
     page = ctx.store.discovery().runs(
         dag_id, reach=_reach(principal), may_task=_may_task(principal), limit=limit, offset=offset
@@ -67,12 +74,14 @@ def list_dag_runs(
 def list_task_instances(
     dag_id: str,
     dag_run_id: str,
+    request: Request,
     ctx: Ctx,
     principal: Caller,
     limit: Limit = 50,
     offset: Offset = 0,
 ) -> Response:
     """Task ids and map indices of one run with task state."""
+    dag_id, dag_run_id = listing_ids(request, dag_id, dag_run_id)
     limit, offset = page_bounds(ctx, limit, offset)
     page = ctx.store.discovery().task_instances(
         dag_id,

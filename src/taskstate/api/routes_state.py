@@ -26,11 +26,11 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from time import perf_counter
 from typing import Any, NoReturn, TypeVar
-from urllib.parse import parse_qsl, quote, unquote_to_bytes
+from urllib.parse import parse_qsl, quote, unquote, unquote_to_bytes
 
 import anyio.to_thread
 import pydantic
-from fastapi import HTTPException, status
+from fastapi import HTTPException
 from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -97,8 +97,11 @@ class StateRoutes:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            match = _match(self._path(scope), self.ctx.hosting.asset_by_id is not None)
-            if match is not None:
+            path = self._path(scope)
+            match = _match(path, self.ctx.hosting.asset_by_id is not None)
+            if match is None:
+                scope = _with_listing_ids(scope, path)
+            else:
                 started = perf_counter()
                 status_code, body, headers = await self._answer(scope, receive, match)
                 await _send(send, status_code, body, headers)
@@ -171,6 +174,41 @@ def _match(path: bytes | None, by_id: bool) -> tuple[str, list[bytes], bytes | N
     if by_id and n >= 3 and parts[0] == b"assets" and parts[2] == b"state-store":
         return "asset", [parts[1]], b"/".join(parts[3:]) if n > 3 else None
     return None
+
+
+# The discovery listings under a dag or run id are FastAPI routes: their ids are read from the
+# raw path here too (`listing_ids`), so `%2F` stays inside an id and `%FF` is 422.
+LISTING_IDS = "taskstate.listing_ids"
+_LISTING_NAMES = ("dag_id", "dag_run_id")
+
+
+def _with_listing_ids(scope: Scope, path: bytes | None) -> Scope:
+    """`scope` with the raw id segments of a discovery listing (`/dags/{dag_id}/dagRuns`,
+    `/dags/{dag_id}/dagRuns/{dag_run_id}/taskInstances`), and its path's tail as sent, so
+    FastAPI matches one segment per id; any other scope unchanged."""
+    if path is None or not path.startswith(b"/api/v2/dags/"):
+        return scope
+    parts = path.split(b"/")[3:]
+    if len(parts) == 3 and parts[2] == b"dagRuns":
+        ids = [parts[1]]
+    elif len(parts) == 5 and parts[2] == b"dagRuns" and parts[4] == b"taskInstances":
+        ids = [parts[1], parts[3]]
+    else:
+        return scope
+    sent = path.decode("latin-1")
+    decoded = unquote(sent, errors="replace")  # as the server decoded scope["path"]
+    if not scope["path"].endswith(decoded):
+        return scope
+    return {**scope, LISTING_IDS: ids, "path": scope["path"][: -len(decoded)] + sent}
+
+
+def listing_ids(request: Request, *decoded: str) -> tuple[str, ...]:
+    """The ids of a discovery listing, strictly decoded from the raw path (422 for one that
+    is not UTF-8); `decoded` (FastAPI's) where the server keeps no raw path."""
+    raw: list[bytes] | None = request.scope.get(LISTING_IDS)
+    if raw is None:
+        return decoded
+    return tuple(_text(part, name) for part, name in zip(raw, _LISTING_NAMES, strict=False))
 
 
 def _unprocessable(loc: tuple[str | int, ...], message: str) -> NoReturn:
@@ -279,7 +317,7 @@ async def _asset(ctx: AppContext, ids: list[bytes], query: dict[str, str]) -> As
         assert resolve is not None  # matched only when the host resolves ids
         found = await anyio.to_thread.run_sync(resolve, int(raw))
         if found is None:
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"Asset with id {int(raw)} not found")
+            raise KeyNotFoundError(f"Asset with id {int(raw)} not found")  # typed, as below
         return found
     name, uri = query.get("name"), query.get("uri")
     if name is None and uri is None:

@@ -17,6 +17,12 @@ store-level operations that have a route:
   DELETE routes; `schema_status` asks `/health`. Operations that only make sense where the
   database is (`cleanup`, `import`, `migrate`) raise `ConfigError` instead of reporting 0.
 
+The transport, picked by measurement (`bench/http_transport.py`): the standard library's
+`http.client` with one keep-alive connection per thread (a forked child opens its own), for
+every synchronous call; httpx only for the async twins (an `AsyncClient` per event loop), and
+imported only by them. Both check the server's certificate against the system's trust store
+(`ssl.create_default_context()`) and connect directly (no proxy from the environment).
+
 The URL's user info (`https://user:pass@host/...`) is neither printed nor sent: the bearer
 token is the credential.
 """
@@ -25,17 +31,19 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import http.client
 import json
 import os
 import random
+import select
 import socket
 import ssl
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping
-from typing import Any, NoReturn
-
-import httpx
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol
+from urllib.parse import quote, urlencode
 
 from taskstate import wire
 from taskstate.backends.base import Entry, Row, SchemaStatus, StateBackend
@@ -45,9 +53,10 @@ from taskstate.scope import ASSET_KIND, META_KIND, SEP, TASK_KIND, TaskScope, pa
 from taskstate.settings import airflow_option
 from taskstate.values import encode_value
 
+if TYPE_CHECKING:
+    import httpx
+
 TRANSIENT = frozenset({408, 429, 502, 503, 504})
-# Transport errors raised before the request left this machine: safe to send again.
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 
 
 class OutcomeUnknownError(BackendUnavailableError):
@@ -57,7 +66,7 @@ class OutcomeUnknownError(BackendUnavailableError):
 class Request:
     """One request, prepared once and sendable by the sync and the async client alike."""
 
-    __slots__ = ("body", "headers", "idempotent", "method", "params", "path")
+    __slots__ = ("body", "headers", "idempotent", "method", "params", "path", "retry")
 
     def __init__(
         self,
@@ -68,13 +77,16 @@ class Request:
         headers: Mapping[str, str] | None = None,
         *,
         idempotent: bool = True,
+        retry: bool = True,
     ) -> None:
+        """`retry=False`: the first answer is the answer (a readiness probe asks about now)."""
         self.method = method
         self.path = path
         self.params = dict(params or {})
         self.body = body
         self.headers = dict(headers or {})
         self.idempotent = idempotent
+        self.retry = retry
 
 
 def json_body(fields: Mapping[str, Any], value_text: str | None = None) -> bytes:
@@ -86,9 +98,66 @@ def json_body(fields: Mapping[str, Any], value_text: str | None = None) -> bytes
     return text.encode("utf-8", "surrogatepass")
 
 
+class Headers(Protocol):
+    """A response's headers, looked up case-insensitively (http.client's and httpx's are)."""
+
+    def get(self, name: str, default: Any = None) -> Any: ...
+
+    def __contains__(self, name: str, /) -> bool: ...
+
+
+class Response:
+    """An answer, read whole: the same shape from the sync and the async transport."""
+
+    __slots__ = ("content", "headers", "status_code")
+
+    def __init__(self, status_code: int, headers: Headers, content: bytes) -> None:
+        self.status_code = status_code
+        self.headers = headers
+        self.content = content
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+
+class NoAnswer(Exception):
+    """A request that got no answer. `sent` is False when it certainly never reached the
+    server (the connection could not be opened), so even a write may be sent again."""
+
+    def __init__(self, problem: BaseException, *, sent: bool) -> None:
+        super().__init__(str(problem))
+        self.problem = problem
+        self.sent = sent
+
+
+class _ThreadConnection(threading.local):
+    """This thread's keep-alive connection, and the process that opened it."""
+
+    connection: http.client.HTTPConnection | None = None
+    pid = 0
+
+
+# Every open connection, so `close()` reaches other threads' too. The lock is held only to
+# open or close one (never during a request), and a forked child gets a fresh one.
+_OPEN_LOCK = threading.Lock()
+
+
+def _fresh_lock() -> None:
+    global _OPEN_LOCK
+    _OPEN_LOCK = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_fresh_lock)
+
+
 class HttpClient:
-    """Keep-alive connections to one taskstate API, a sync client per process and an async one
-    per event loop, and the checks every answer goes through."""
+    """Keep-alive connections to one taskstate API — one per thread for synchronous calls, an
+    httpx `AsyncClient` per event loop for the async twins — and the checks every answer goes
+    through."""
 
     def __init__(
         self,
@@ -106,17 +175,29 @@ class HttpClient:
                 "like http(s)://host[:port]/taskstate"
             )
         userinfo, at, _ = rest.partition("/")[0].rpartition("@")
-        path = rest[len(userinfo) + len(at) :][len(hostport) :]
-        # Without its user info: httpx would turn it into Basic auth, replacing the token.
-        self.base = f"{scheme}://{hostport}{path.rstrip('/')}"
+        path = rest[len(userinfo) + len(at) :][len(hostport) :].rstrip("/")
+        # Without its user info: it is never sent (the token is the credential).
+        self.base = f"{scheme}://{hostport}{path}"
         self.host = hostport
+        try:
+            http.client.HTTPConnection(hostport)  # parses the port, opens nothing
+        except http.client.InvalidURL as exc:
+            raise ConfigError(
+                f"[state_store] taskstate_url = {redact_url(url)!r}: {exc}; an HTTP store URL "
+                "looks like http(s)://host[:port]/taskstate"
+            ) from None
+        self._origin = f"{scheme}://{hostport}"
+        self._prefix = quote(path, safe="/%")  # the request line is ASCII
+        self._https = scheme == "https"
         self.token = (
             token if token is not None else airflow_option("state_store", "taskstate_token")
         )
-        self._timeout = httpx.Timeout(timeout, connect=min(timeout, 5.0))
+        self._timeout = timeout
+        self._connect_timeout = min(timeout, 5.0)
         self.retry_window = retry_window
-        self._lock = threading.Lock()
-        self._client: tuple[int, httpx.Client] | None = None
+        self._tls: ssl.SSLContext | None = None
+        self._local = _ThreadConnection()
+        self._open: weakref.WeakSet[http.client.HTTPConnection] = weakref.WeakSet()
         self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
 
     def _headers(self, request: Request) -> dict[str, str]:
@@ -128,65 +209,139 @@ class HttpClient:
         sent.update(request.headers)
         return sent
 
-    def _arguments(self, request: Request) -> dict[str, Any]:
-        return {
-            "method": request.method,
-            "url": self.base + request.path,
-            "params": request.params,
-            "content": request.body,
-            "headers": self._headers(request),
-        }
+    def _target(self, request: Request) -> str:
+        """The request line's target: the base path, the route (already escaped), the query."""
+        target = self._prefix + request.path
+        return f"{target}?{urlencode(request.params)}" if request.params else target
 
-    def client(self) -> httpx.Client:
-        """One keep-alive client per process (a forked worker gets its own connections)."""
-        pid = os.getpid()
-        with self._lock:
-            if self._client is None or self._client[0] != pid:
-                self._client = (pid, httpx.Client(timeout=self._timeout))
-            return self._client[1]
+    def _tls_context(self) -> ssl.SSLContext:
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
+        return self._tls
 
-    def _aclient(self) -> httpx.AsyncClient:
-        """One keep-alive async client per event loop (a client is bound to its loop)."""
-        loop = asyncio.get_running_loop()
-        if self._async is None or self._async[0] is not loop:
-            self._async = (loop, httpx.AsyncClient(timeout=self._timeout))
-        return self._async[1]
+    # -- synchronous: http.client, one keep-alive connection per thread --------------------
+
+    def _connection(self) -> http.client.HTTPConnection:
+        """This thread's connection, open. A new one after a fork (the parent's socket is not
+        this process's to use), after `close()`, and when the idle one was closed by the
+        server (its keep-alive timeout): writing into that would lose the request."""
+        local = self._local
+        conn = local.connection
+        if conn is not None and local.pid == os.getpid():
+            if conn.sock is not None and not _dropped(conn.sock):
+                return conn
+            conn.close()
+        conn = (
+            http.client.HTTPSConnection(
+                self.host, timeout=self._connect_timeout, context=self._tls_context()
+            )
+            if self._https
+            else http.client.HTTPConnection(self.host, timeout=self._connect_timeout)
+        )
+        local.connection, local.pid = None, os.getpid()
+        try:
+            conn.connect()  # raises before anything is sent
+        except BaseException:
+            conn.close()  # a TCP connection whose TLS handshake failed
+            raise
+        conn.sock.settimeout(self._timeout)
+        conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with _OPEN_LOCK:
+            self._open.add(conn)
+        local.connection = conn
+        return conn
+
+    def _exchange(self, request: Request) -> Response:
+        """One request on this thread's connection, the answer read whole."""
+        try:
+            conn = self._connection()
+        except OSError as exc:  # refused, unreachable, no such name, TLS handshake, timeout
+            raise NoAnswer(exc, sent=False) from exc
+        try:
+            conn.request(
+                request.method, self._target(request), request.body, self._headers(request)
+            )
+            answer = conn.getresponse()
+            content = answer.read()
+        except BaseException as exc:
+            # Half an exchange leaves the connection unusable (an interrupt too: its answer
+            # would be read as the next request's).
+            conn.close()
+            if isinstance(exc, (OSError, http.client.HTTPException)):
+                raise NoAnswer(exc, sent=True) from exc
+            raise
+        if answer.will_close:
+            conn.close()
+        return Response(answer.status, answer.headers, content)
 
     def close(self) -> None:
-        with self._lock:
-            if self._client is not None and self._client[0] == os.getpid():
-                self._client[1].close()
-            self._client = None
+        """Close every connection this process opened (other threads open new ones if they
+        send again)."""
+        with _OPEN_LOCK:
+            opened = list(self._open)
+            self._open.clear()
+        for conn in opened:
+            conn.close()
 
-    def send(self, request: Request) -> httpx.Response:
+    def send(self, request: Request) -> Response:
         """Send with the retry rule; the checked answer (an error status raises)."""
-        retry = Retry(self.host, self.retry_window)
+        retry = Retry(self.host, self.retry_window if request.retry else 0.0)
         while True:
             try:
-                response = self.client().request(**self._arguments(request))
-            except httpx.TransportError as exc:
-                time.sleep(retry.after(exc, request.idempotent))
+                response = self._exchange(request)
+            except NoAnswer as failure:
+                time.sleep(retry.after(failure, request.idempotent))
                 continue
-            wait = retry.after_status(response.status_code, request.idempotent)
+            wait = retry.after_status(response, request.idempotent)
             if wait is None:
                 return self.check(request, response)
             time.sleep(wait)
 
-    async def asend(self, request: Request) -> httpx.Response:
+    # -- async: httpx, one client per event loop -------------------------------------------
+
+    def _aclient(self) -> httpx.AsyncClient:
+        """One keep-alive async client per event loop (a client is bound to its loop)."""
+        import httpx
+
+        loop = asyncio.get_running_loop()
+        if self._async is None or self._async[0] is not loop:
+            timeout = httpx.Timeout(self._timeout, connect=self._connect_timeout)
+            client = httpx.AsyncClient(timeout=timeout, verify=self._tls_context(), trust_env=False)
+            self._async = (loop, client)
+        return self._async[1]
+
+    async def _aexchange(self, request: Request) -> Response:
+        import httpx
+
+        try:
+            answer = await self._aclient().request(
+                request.method,
+                self._origin + self._target(request),
+                content=request.body,
+                headers=self._headers(request),
+            )
+        except httpx.TransportError as exc:
+            unsent = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
+            raise NoAnswer(exc, sent=not isinstance(exc, unsent)) from exc
+        return Response(answer.status_code, answer.headers, answer.content)
+
+    async def asend(self, request: Request) -> Response:
         """`send` for async code, on the event loop's own connections."""
-        retry = Retry(self.host, self.retry_window)
+        retry = Retry(self.host, self.retry_window if request.retry else 0.0)
         while True:
             try:
-                response = await self._aclient().request(**self._arguments(request))
-            except httpx.TransportError as exc:
-                await asyncio.sleep(retry.after(exc, request.idempotent))
+                response = await self._aexchange(request)
+            except NoAnswer as failure:
+                await asyncio.sleep(retry.after(failure, request.idempotent))
                 continue
-            wait = retry.after_status(response.status_code, request.idempotent)
+            wait = retry.after_status(response, request.idempotent)
             if wait is None:
                 return self.check(request, response)
             await asyncio.sleep(wait)
 
-    def check(self, request: Request, response: httpx.Response) -> httpx.Response:
+    # -- answers -------------------------------------------------------------------------
+
+    def check(self, request: Request, response: Response) -> Response:
         """The answer if it is this API's success; else the typed error it stands for."""
         code = response.status_code
         where = f"{self.host} ({request.method} {self.base}{request.path})"
@@ -205,7 +360,7 @@ class HttpClient:
             raise wire.error_from_response(code, None, response.text[:200], where)
         self._not_this_api(response, where)
 
-    def _not_this_api(self, response: httpx.Response, where: str) -> NoReturn:
+    def _not_this_api(self, response: Response, where: str) -> NoReturn:
         kind = response.headers.get("content-type", "no content type")
         raise ConfigError(
             f"{where} answered {response.status_code} {kind}, not the taskstate API's JSON "
@@ -223,42 +378,47 @@ class Retry:
         self.deadline = time.monotonic() + window
         self.delay = 0.1
 
-    def after(self, problem: httpx.TransportError, idempotent: bool) -> float:
+    def after(self, failure: NoAnswer, idempotent: bool) -> float:
         """Seconds to wait before sending again; raises when that is not allowed or over."""
+        problem = failure.problem
         what = f"{type(problem).__name__}: {problem}"
         cause = _root_cause(problem)
-        if isinstance(cause, ssl.SSLError):
+        if not failure.sent and isinstance(cause, ssl.SSLError):
             raise ConfigError(
                 f"TLS with the taskstate server at {self.host} failed ({cause}); check its "
                 "certificate and [state_store] taskstate_url"
             ) from problem
-        if _is_dns_failure(cause):
+        if isinstance(cause, socket.gaierror):
             raise ConfigError(
                 f"the taskstate server's name {self.host!r} does not resolve ({cause}); check "
                 "[state_store] taskstate_url"
             ) from problem
-        if not isinstance(problem, _NOT_SENT) and not idempotent:
+        if failure.sent and not idempotent:
             raise OutcomeUnknownError(
                 f"the taskstate server at {self.host} did not answer a write ({what}); it may "
                 "or may not have been applied"
             ) from problem
         return self._wait(what)
 
-    def after_status(self, status: int, idempotent: bool) -> float | None:
-        """Seconds to wait before sending again after `status`, or None to take the answer.
-        A 503 means the write was certainly not applied, so even a conditional one is sent
-        again."""
+    def after_status(self, response: Response, idempotent: bool) -> float | None:
+        """Seconds to wait before sending again after `response`'s status, or None to take
+        the answer. A 503 means the write was certainly not applied, so even a conditional
+        one is sent again."""
+        status = response.status_code
         if status not in TRANSIENT or (not idempotent and status != 503):
             return None
-        return self._wait(f"HTTP {status}")
+        what = f"HTTP {status}"
+        if _is_json(response):  # the server's reason (an unready store says which)
+            what += ": " + wire.detail_text(_json_or_text(response))
+        return self._wait(what)
 
     def _wait(self, what: str) -> float:
         remaining = self.deadline - time.monotonic()
         if remaining <= 0:
+            tried = f" after retrying for {self.window:g} s" if self.window else ""
             raise BackendUnavailableError(
-                f"the taskstate server at {self.host} is unavailable ({what}) after retrying "
-                f"for {self.window:g} s; check that it runs and that this machine reaches it "
-                "([state_store] taskstate_url)"
+                f"the taskstate server at {self.host} is unavailable ({what}){tried}; check "
+                "that it runs and that this machine reaches it ([state_store] taskstate_url)"
             )
         wait = min(self.delay * (0.5 + random.random()), remaining)
         self.delay = min(self.delay * 2, 2.0)
@@ -272,16 +432,25 @@ def _root_cause(exc: BaseException) -> BaseException:
     return seen
 
 
-def _is_dns_failure(cause: BaseException) -> bool:
-    return isinstance(cause, socket.gaierror)
+def _dropped(sock: socket.socket) -> bool:
+    """An idle keep-alive connection with something to read was closed by the server (or got
+    bytes no request asked for): it must not carry the next request."""
+    try:
+        if hasattr(select, "poll"):  # no limit on the descriptor's number, unlike select()
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
+            return bool(poller.poll(0))
+        return bool(select.select([sock], [], [], 0)[0])
+    except (OSError, ValueError):
+        return True
 
 
-def _is_json(response: httpx.Response) -> bool:
+def _is_json(response: Response) -> bool:
     kind = response.headers.get("content-type", "")
     return bool(kind.split(";")[0].strip() == wire.JSON_TYPE)
 
 
-def _json_or_text(response: httpx.Response) -> Any:
+def _json_or_text(response: Response) -> Any:
     try:
         return response.json()
     except ValueError:
@@ -312,10 +481,9 @@ class HttpBackend(StateBackend):
     def with_token(self, token: str | None) -> HttpBackend:
         """This backend sending `token`, on the same connections: one per triggered task
         instance in a triggerer, without a connection pool each."""
-        http = copy.copy(self.http)
+        http = copy.copy(self.http)  # shares the per-thread connections (`_local`)
         http.token = token
-        http.client = self.http.client  # type: ignore[method-assign]  # shared connections
-        http._aclient = self.http._aclient  # type: ignore[method-assign]
+        http._aclient = self.http._aclient  # type: ignore[method-assign]  # one async client
         http.close = lambda: None  # type: ignore[method-assign]  # the connections are ours
         view = copy.copy(self)
         view.http = http
@@ -431,8 +599,10 @@ class HttpBackend(StateBackend):
         return count
 
     def schema_status(self) -> SchemaStatus:
-        """Reachable and serving: the server's store keeps its own schema current."""
-        health = self.get_json(wire.HEALTH)
+        """Reachable and serving: the server's store keeps its own schema current. Asked once,
+        not retried: `db check` and `doctor` report the server as it is now (a 503 from an
+        unready store is a `BackendUnavailableError`, exit 1)."""
+        health = self.http.send(Request("GET", wire.HEALTH, retry=False)).json()
         if not isinstance(health, dict) or health.get("status") != "ok":
             raise BackendUnavailableError(f"{self.describe()}/health answered {health!r}")
         return SchemaStatus(current=0, latest=0)
