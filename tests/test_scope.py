@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import example, given
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from tests.stores import opener
 
@@ -117,6 +117,7 @@ def served_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StateStor
         yield opener("http", tmp_path_factory.mktemp("names"), time.time, stack)().store
 
 
+@settings(max_examples=25)  # a handful of requests each; the examples below always run
 @given(dag_id=any_text, key=any_text)
 @example(dag_id="a/b", key="state-store/x")
 @example(dag_id="..", key=".")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import http.client
 import json
 from datetime import datetime, timedelta, timezone
 
@@ -326,3 +327,19 @@ def test_etags_make_writes_conditional(api: httpx.Client, served: Served) -> Non
         api.put(f"{TASK}/k", json={"value": 6}, headers={"If-None-Match": etag}).status_code == 422
     )
     assert served.store.task_state(SCOPE).get("k") == 5
+
+
+def test_every_answer_has_one_content_length(served: Served) -> None:
+    """The 204s share one answer: sending it must not add a Content-Length per use (after
+    100 of them, http.client refuses the response: "got more than 100 headers"). Read with
+    http.client, which keeps duplicate headers (httpx folds equal ones)."""
+    host = served.base.removeprefix("http://")
+    token = {"Authorization": f"Bearer {served.token(admin=True)}"}
+    conn = http.client.HTTPConnection(host, timeout=30)
+    for method, body in [("PUT", b'{"value":1}'), ("GET", None), ("DELETE", None)] * 3:
+        headers = {**token, "Content-Type": "application/json"} if body else token
+        conn.request(method, f"{TASK}/k", body=body, headers=headers)
+        response = conn.getresponse()
+        response.read()
+        assert len(response.msg.get_all("content-length") or []) == 1, (method, response.msg)
+    conn.close()

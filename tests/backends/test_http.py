@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import http.server
-import ipaddress
 import json
 import os
 import signal
@@ -23,6 +22,7 @@ from typing import ClassVar
 import httpx
 import pytest
 from tests.api.server import running
+from tests.job_services import _certificate
 from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
 from tests.test_processes import race_compare_and_set
@@ -325,51 +325,12 @@ def test_an_interrupted_exchange_leaves_no_answer_for_the_next_request() -> None
         httpd.shutdown()
 
 
-def _self_signed(root: Path) -> tuple[Path, Path]:
-    """A certificate for 127.0.0.1 that no trust store holds, and its key."""
-    import datetime
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import ec
-    from cryptography.x509.oid import NameOID
-
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "taskstate test")])
-    now = datetime.datetime.now(datetime.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = root / "cert.pem", root / "key.pem"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
-    return cert_path, key_path
-
-
 def test_tls_is_checked_against_the_systems_trust_store(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """An untrusted certificate is a ConfigError at once (not retried); trusted the system's
     way (SSL_CERT_FILE), the same server answers, sync and async."""
-    cert, key = _self_signed(tmp_path)
+    cert, key = _certificate(tmp_path)  # self-signed for 127.0.0.1: in no trust store
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     _Fake.seen, _Fake.answers = [], [ABSENT]

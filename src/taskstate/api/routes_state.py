@@ -696,9 +696,10 @@ for _route, _keyed, _verb in _HANDLERS:
 async def _send(
     send: Send, status_code: int, body: bytes, headers: list[tuple[bytes, bytes]]
 ) -> None:
+    # A new list: answers such as `_NO_CONTENT` are shared, and must not grow a header per use.
+    headers = [*headers, (b"content-length", str(len(body)).encode())]
     if body and not any(name == b"content-type" for name, _ in headers):
         headers.append((b"content-type", b"application/json"))
-    headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status_code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
