@@ -231,6 +231,23 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1000:.2f} ms"
 
 
+def latency_table(
+    times: dict[str, dict[str, list[float]]], ops: tuple[str, str]
+) -> dict[str, dict[str, float]]:
+    """Print p50/p95 of each side's two ops as a Markdown table; return them in ms."""
+    print(f"| server | {ops[0]} p50 | {ops[0]} p95 | {ops[1]} p50 | {ops[1]} p95 |")
+    print("|---|---:|---:|---:|---:|")
+    out: dict[str, dict[str, float]] = {}
+    for name, t in times.items():
+        out[name] = {
+            f"{op} {q}_ms": 1000 * (statistics.median(t[op]) if q == "p50" else pct(t[op], .95))
+            for op in ops for q in ("p50", "p95")
+        }  # fmt: skip
+        cells = " | ".join(f"{ms(statistics.median(t[op]))} | {ms(pct(t[op], 0.95))}" for op in ops)
+        print(f"| {name} | {cells} |")
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=1000, help="latency samples per op and side")
@@ -256,16 +273,7 @@ def main() -> int:
         print(f"load average at start: {os.getloadavg()[0]:.2f}")
         times = latency(sides, args.n)
         print(f"\nlatency, keep-alive, interleaved, n={args.n} per op and side")
-        print("| server | set p50 | set p95 | get p50 | get p95 |")
-        print("|---|---:|---:|---:|---:|")
-        for side in sides:
-            t = times[side.name]
-            figures["latency"][side.name] = {
-                f"{op} {q}_ms": 1000 * (statistics.median(t[op]) if q == "p50" else pct(t[op], .95))
-                for op in ("set", "get") for q in ("p50", "p95")
-            }  # fmt: skip
-            print(f"| {side.name} | {ms(statistics.median(t['set']))} | {ms(pct(t['set'], .95))} "
-                  f"| {ms(statistics.median(t['get']))} | {ms(pct(t['get'], .95))} |")  # fmt: skip
+        figures["latency"] = latency_table(times, ("set", "get"))
         if len(sides) == 2:
             for op in ("set", "get"):
                 ours, theirs = (statistics.median(times[s.name][op]) for s in sides)

@@ -2,8 +2,8 @@
 COMMIT reaches the server and completes there, and the client's connection is then cut before
 the answer gets back — the one failure whose outcome a client cannot know by itself.
 
-`lose_next_commit()` arms it for one COMMIT; with `refuse_after=True` it also refuses every later
-connection, so the client cannot ask the server what happened either.
+`lose_next_commit()` arms it for one COMMIT; with `refuse_after=True` it then also cuts every
+other connection and refuses new ones, so the client cannot ask the server what happened.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ class CommitProxy:
         self._armed = False
         self._refuse_after = False
         self.refusing = False
+        self._open: list[socket.socket] = []
         self.lost = threading.Event()  # set once a COMMIT's answer was dropped
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -48,6 +49,7 @@ class CommitProxy:
                 client.close()
                 continue
             server = socket.create_connection(("127.0.0.1", self.target_port))
+            self._open += [client, server]
             committing = threading.Event()
             threading.Thread(
                 target=self._to_server, args=(client, server, committing), daemon=True
@@ -75,7 +77,7 @@ class CommitProxy:
                 if committing.is_set():
                     # The server answered the COMMIT, so it is done there: lose the answer.
                     self.refusing = self._refuse_after
-                    _close(client, server)
+                    _close(*(self._open if self.refusing else (client, server)))
                     self.lost.set()
                     return
                 client.sendall(data)

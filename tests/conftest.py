@@ -1,11 +1,12 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
+from tests.pgbouncer_server import PgBouncer, running_pgbouncer
 from tests.postgres_server import PostgresServer, running_server
 
 from taskstate import StateStore
@@ -61,6 +62,25 @@ def postgres_server() -> Iterator[PostgresServer]:
 @pytest.fixture(scope="session")
 def postgres_url(postgres_server: PostgresServer) -> str:
     return postgres_server.url
+
+
+@pytest.fixture(scope="session")
+def pgbouncer(postgres_server: PostgresServer) -> Iterator[PgBouncer]:
+    """PgBouncer in transaction pooling mode, 4 server connections, in front of the session's
+    server. A test that needs it fails (never skips) when it cannot start."""
+    with running_pgbouncer(postgres_server) as bouncer:
+        yield bouncer
+
+
+@pytest.fixture(params=["direct", "pgbouncer"])
+def pg_route(request: pytest.FixtureRequest) -> Callable[[str], str]:
+    """The two lanes to PostgreSQL: directly, and through PgBouncer in transaction pooling mode
+    (how the Airflow Helm chart and most large deployments reach it). Maps a URL of the session's
+    server to the URL the test uses."""
+    if request.param == "direct":
+        return lambda url: url
+    bouncer: PgBouncer = request.getfixturevalue("pgbouncer")
+    return bouncer.route
 
 
 @pytest.fixture

@@ -1,10 +1,11 @@
-"""Bulk-load a store with expired task rows (and rows cleanup must keep), straight through each
-driver's fastest path: the cleanup scale test and bench/cleanup_scale.py share it."""
+"""Bulk-load a store straight through each driver's fastest path (`load_rows`), and the expired
+task rows (with rows cleanup must keep) the cleanup scale test and bench/cleanup_scale.py use."""
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from taskstate.backends.sqlite import path_from_url
 from taskstate.scope import AssetScope, TaskScope
@@ -31,13 +32,21 @@ def rows(expired: int, now: float) -> Iterator[Row]:
 
 def load(url: str, expired: int, now: float) -> None:
     """Write the rows into a migrated, empty store at `url`."""
+    load_rows(url, rows(expired, now))
+
+
+def load_rows(url: str, rows: Iterable[Row], *, batch: int = 100_000) -> None:
+    """Write `rows` into a migrated store at `url`: SQLite `executemany` in transactions of
+    `batch` rows, PostgreSQL `COPY`; then ANALYZE (so plans see the real sizes)."""
     if url.startswith("sqlite"):
         conn = sqlite3.connect(path_from_url(url), isolation_level=None)
-        conn.execute("BEGIN")
-        conn.executemany(
-            f"INSERT INTO taskstate_entries ({COLUMNS}) VALUES (?, ?, ?, ?, ?)", rows(expired, now)
-        )
-        conn.execute("COMMIT")
+        insert = f"INSERT INTO taskstate_entries ({COLUMNS}) VALUES (?, ?, ?, ?, ?)"
+        it = iter(rows)
+        while chunk := list(itertools.islice(it, batch)):
+            conn.execute("BEGIN")
+            conn.executemany(insert, chunk)
+            conn.execute("COMMIT")
+        conn.execute("ANALYZE")
         conn.close()
         return
     import psycopg
@@ -46,6 +55,6 @@ def load(url: str, expired: int, now: float) -> None:
 
     with psycopg.connect(conninfo_from_url(url)) as pg, pg.cursor() as cur:
         with cur.copy(f"COPY taskstate_entries ({COLUMNS}) FROM STDIN") as copy:
-            for row in rows(expired, now):
+            for row in rows:
                 copy.write_row(row)
         cur.execute("ANALYZE taskstate_entries")

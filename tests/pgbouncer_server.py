@@ -44,19 +44,25 @@ class PgBouncer:
     `start()` (every client connection dropped at once), `stop()`."""
 
     def __init__(
-        self, server: PostgresServer, *, pool_mode: str = "transaction", pool_size: int = 4
+        self,
+        server: PostgresServer,
+        *,
+        pool_mode: str = "transaction",
+        pool_size: int = 4,
+        query_wait_timeout: int = 120,
     ) -> None:
         self.binary = _binary()
         self.server = server
         self.pool_mode = pool_mode
         self.pool_size = pool_size
+        self.query_wait_timeout = query_wait_timeout
         self.port = free_port()
         self.root = Path(tempfile.mkdtemp(prefix="taskstate-pgbouncer-"))
         self.proc: subprocess.Popen[bytes] | None = None
         server_url = urlsplit(server.url)
         self.role, self.password = server_url.username or "", server_url.password or ""
         netloc = f"{server_url.netloc.rpartition(':')[0]}:{self.port}"
-        self.url = urlunsplit(server_url._replace(netloc=netloc))
+        self.url = urlunsplit(server_url._replace(netloc=netloc))  # the server's own database
 
     def _config(self) -> str:
         return "\n".join(
@@ -77,6 +83,8 @@ class PgBouncer:
                 "min_pool_size = 0",
                 "reserve_pool_size = 0",
                 "max_client_conn = 2000",
+                # How long a client may wait for a server connection before PgBouncer drops it.
+                f"query_wait_timeout = {self.query_wait_timeout}",
                 # The default waits 15 s before reconnecting after a failed server login; tests
                 # restart the server and expect PgBouncer back within the store's retry window.
                 "server_login_retry = 1",
@@ -105,12 +113,18 @@ class PgBouncer:
             except psycopg.OperationalError:
                 pass
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                log = (self.root / "pgbouncer.log").read_text() if self._has_log() else ""
-                raise RuntimeError(f"pgbouncer did not start: {log[-2000:]}")
+                raise RuntimeError(f"pgbouncer did not start: {self.log()[-2000:]}")
             time.sleep(0.05)
 
     def _has_log(self) -> bool:
         return (self.root / "pgbouncer.log").exists()
+
+    def log(self) -> str:
+        return (self.root / "pgbouncer.log").read_text() if self._has_log() else ""
+
+    def route(self, server_url: str) -> str:
+        """`server_url` (any database on the same server) through this PgBouncer."""
+        return server_url.replace(f":{self.server.port}/", f":{self.port}/")
 
     def show(self, what: str) -> list[dict[str, Any]]:
         """`SHOW <what>` on the admin console (simple protocol: PgBouncer's console has no
@@ -127,17 +141,16 @@ class PgBouncer:
             1 for row in self.show("SERVERS") if database is None or row["database"] == database
         )
 
-    def _pid(self) -> int | None:
-        pidfile = self.root / "pgbouncer.pid"
-        return int(pidfile.read_text()) if pidfile.exists() else None
-
     def kill(self) -> None:
-        """SIGKILL: every client and server connection ends at once, mid-statement or not."""
-        pid = self._pid()
-        if pid is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
+        """SIGKILL: every client and server connection ends at once, mid-statement or not.
+        `start()` brings it back on the same port."""
+        pidfile = self.root / "pgbouncer.pid"
+        if pidfile.exists():  # under runuser, our child is runuser, not PgBouncer
+            with contextlib.suppress(ProcessLookupError, ValueError):
+                os.kill(int(pidfile.read_text()), signal.SIGKILL)
         if self.proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
             self.proc.wait(10)
 
     def stop(self) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -281,10 +282,23 @@ def test_listings_speak_table_json_yaml_and_plain(run) -> None:  # type: ignore[
     assert yaml.safe_load(run("task", "list", "--dag-id", "d", "-o", "yaml").stdout) == as_json
     header, line = run("task", "list", "--dag-id", "d", "--output", "plain").stdout.splitlines()
     assert header.split() == [
-        "run_id", "task_id", "map_index", "key", "value", "expires_at", "updated_at"
+        "run_id", "task_id", "map_index", "key", "value", "expires_at", "updated_at",
+        "updated_by",
     ]  # fmt: skip
     assert line.split()[:5] == [run_id, "extract", "-1", "cursor", '{"a":']
     assert "┃" not in header and "…" not in line  # no borders, nothing cut
+    # An 80-column terminal: the table folds a long run id instead of cutting it with "…".
+    narrow = subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", run.url, "task", "list", "--dag-id", "d"],
+        capture_output=True, text=True, check=True,
+        env={**os.environ, "FORCE_COLOR": "1", "COLUMNS": "80"},
+    ).stdout  # fmt: skip
+    plain_text = re.sub(r"\x1b\[[0-9;]*m", "", narrow)
+    assert max(len(line) for line in plain_text.splitlines()) <= 80 and "…" not in plain_text
+    first_column = [
+        line.split("│")[1].strip() for line in plain_text.splitlines() if line[:1] == "│"
+    ]
+    assert "".join(first_column) == run_id
     assets = run("asset", "list", "-o", "plain").stdout.splitlines()
     assert assets[1].split()[:3] == ["orders", "watermark", "2026"]
     assert "unknown" not in run("task", "list", "--dag-id", "d", "-o", "xml", ok=False).stderr
@@ -454,6 +468,9 @@ def test_every_write_says_who_wrote_it(run, tmp_path: Path) -> None:  # type: ig
     assert entries["TaskScope", "by_ops"].updated_by == ops
     listed = json.loads(run("task", "list", "--dag-id", "d", "-o", "json").stdout)
     assert {r["key"]: r["updated_by"] for r in listed}["by_cli"] == person
+    table = run("task", "list", "--dag-id", "d", "-o", "plain").stdout.splitlines()
+    by = {line.split()[3]: line.split(None, 7)[-1] for line in table[1:]}
+    assert by == {"by_cli": f"cli: {person['user']}", "by_ops": "api: ops", "by_task": "task"}
 
     dump = run("export").stdout
     lines = [json.loads(line) for line in dump.splitlines()]

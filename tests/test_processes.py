@@ -88,15 +88,23 @@ def _race(url: str, index: int, barrier: Any, wins: Any) -> None:
     wins.put((index, won))
 
 
-@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "sqlite",
+        pytest.param("postgres", marks=pytest.mark.postgres),
+        pytest.param("pgbouncer", marks=pytest.mark.postgres),
+    ],
+)
 def test_compare_and_set_racing_processes_exactly_one_wins_each_round(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    url = (
-        f"sqlite:///{tmp_path}/state.db"
-        if kind == "sqlite"
-        else request.getfixturevalue("fresh_postgres_url")
-    )
+    if kind == "sqlite":
+        url = f"sqlite:///{tmp_path}/state.db"
+    else:
+        url = request.getfixturevalue("fresh_postgres_url")
+    if kind == "pgbouncer":  # transaction pooling mode
+        url = request.getfixturevalue("pgbouncer").route(url)
     StateStore(url, settings=Settings()).backend.migrate()
     barrier, wins = CTX.Barrier(RACERS), CTX.Queue()
     procs = [CTX.Process(target=_race, args=(url, i, barrier, wins)) for i in range(RACERS)]

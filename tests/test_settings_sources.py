@@ -12,7 +12,7 @@ import pytest
 
 from taskstate import StateStore, TaskScope
 from taskstate.errors import ConfigError
-from taskstate.settings import Settings, airflow_option
+from taskstate.settings import Settings, airflow_option, shown_options
 
 # A real secrets backend, importable by path, with Airflow's `get_config` interface.
 SECRETS_BACKEND = """
@@ -75,6 +75,40 @@ def test_secret_variants_read_the_secrets_backend(
     env["AIRFLOW__STATE_STORE__TASKSTATE_URL_SECRET"] = "missing"
     with pytest.raises(ConfigError, match="no such secret"):
         Settings.load(env)
+
+
+def test_doctor_sources_name_every_variant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`taskstate doctor` shows where each option came from (issue 30.8), for the variants
+    the CLI test does not reach: the file's `_cmd` and `_secret`, and an env `_SECRET`."""
+    (tmp_path / "file_secrets.py").write_text(SECRETS_BACKEND)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    secrets = tmp_path / "secrets.json"
+    secrets.write_text(json.dumps({"conn": "postgresql://u:pw@db/af", "key": "k" * 40}))
+    env = _cfg(
+        tmp_path,
+        "[secrets]\nbackend = file_secrets.FileSecrets\n"
+        f'backend_kwargs = {{"path": "{secrets}"}}\n'
+        "[database]\nsql_alchemy_conn_secret = conn\n"
+        "[state_store]\nstate_cleanup_batch_size_cmd = echo 500\n",
+    )
+    env["AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY_SECRET"] = "key"
+    env["AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAYS"] = "many"
+    shown = {o.label: o for o in shown_options(env)}
+    cfg = tmp_path / "airflow.cfg"
+    assert (
+        shown["[database] sql_alchemy_conn"].value,
+        shown["[database] sql_alchemy_conn"].source,
+    ) == ("postgresql://u:***@db/af", f"sql_alchemy_conn_secret in {cfg}")
+    batch = shown["[state_store] state_cleanup_batch_size"]
+    assert (batch.value, batch.source) == ("500", f"state_cleanup_batch_size_cmd in {cfg}")
+    key = shown["[state_store] taskstate_secret_key"]
+    assert (key.value, key.source) == (
+        "set",
+        "env AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY_SECRET",
+    )
+    retention = shown["[state_store] default_retention_days"]
+    assert retention.error is not None and "whole number" in retention.error  # the rest still shown
+    assert shown["[state_store] taskstate_token"].value == "not set"
 
 
 def test_secret_without_a_secrets_backend_says_so() -> None:

@@ -21,7 +21,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskstate.backends.base import Entry, Row
 from taskstate.errors import KeyNotFoundError, PreconditionFailedError
-from taskstate.scope import AssetScope, TaskScope, check_writable, task_prefix
+from taskstate.scope import (
+    META_KIND,
+    TASK_KIND,
+    AssetScope,
+    TaskScope,
+    check_writable,
+    task_prefix,
+)
 from taskstate.stored import (
     DEFAULT_EXPIRY,
     GONE,
@@ -66,6 +73,7 @@ class _Accessor:
         self._default_days = store.settings.default_retention_days
         self._read = store._read
         self._writer = writer_text(writer)
+        self._writer_dict = writer  # what a write's StoredEntry shows, without a JSON round trip
 
     # -- reading --------------------------------------------------------------------------
 
@@ -191,7 +199,7 @@ class _Accessor:
                 raise KeyNotFoundError(f"no key {key!r} in {self.scope}")
             if if_none_match and live is not None:
                 raise PreconditionFailedError(f"{key!r} already exists in {self.scope}")
-            if if_match is not None and (live is None or etag_of(live.value) != if_match):
+            if if_match is not None and (live is None or etag_of(*live) != if_match):
                 raise PreconditionFailedError(
                     f"{key!r} in {self.scope} changed since it was read (etag {if_match!r} no "
                     "longer matches); read it again"
@@ -213,8 +221,8 @@ class _Accessor:
         except BaseException:
             self._store._discard(uploaded)
             raise
-        updated_by = None if self._writer is None else json.loads(self._writer)
-        return StoredEntry(key, value, now, written, updated_by, etag_of(text))
+        etag = etag_of(text, written, self._writer, now)
+        return StoredEntry(key, value, now, written, self._writer_dict, etag)
 
     def _absolute(self, expires: float | None, now: float) -> float | None:
         return expires
@@ -226,6 +234,21 @@ class _Accessor:
         self._backend.delete(self._ns, key)
         if old is not None and (ref := stored_ref(old.value)):
             self._store._discard([ref])
+
+    def delete_if(self, key: str, if_match: str | None) -> bool:
+        """Remove `key` only if it is live and (with `if_match`) still that version; False
+        when it changed or is absent (the HTTP API's DELETE with If-Match)."""
+        check_key(key)
+        found = self._backend.get(self._ns, key)
+        if found is None or not is_live(found.expires_at, self._clock()):
+            return False
+        if if_match is not None and etag_of(*found) != if_match:
+            return False
+        if not self._backend.delete_if(self._ns, key, found):
+            return False
+        if ref := stored_ref(found.value):
+            self._store._discard([ref])
+        return True
 
     def clear(self) -> None:
         """Remove every key of this scope (a mapped task: this map index only)."""
@@ -434,10 +457,11 @@ class AssetStateStore(_Accessor):
 class MetaState:
     """taskstate's own per-task-instance markers, beside (never inside) the user's keys: not
     listed, exported or counted as state, and expiring with the default retention unless
-    told otherwise."""
+    told otherwise. A marker obeys the key rules and the value size limit like any key."""
 
     def __init__(self, store: StateStore, scope: TaskScope) -> None:
         self._store = store
+        self._scope = scope
         self._ns = scope.meta_namespace
 
     def get(self, key: str) -> Any:
@@ -448,10 +472,21 @@ class MetaState:
         self, key: str, value: JsonValue, *, until: float | Expiry | None = DEFAULT_EXPIRY
     ) -> None:
         """`until`: epoch seconds, None (never) or DEFAULT_EXPIRY."""
+        check_key(key)
+        text = encode_value(value)
+        check_size(
+            text, self._store.settings.max_value_storage_bytes, key, offload_configured=False
+        )
         now = self._store.clock()
         days = self._store.settings.default_retention_days
         when = expires_at(None, days, now) if isinstance(until, Expiry) else until
-        self._store.backend.set(self._ns, key, encode_value(value), when, now)
+        self._store.backend.set(self._ns, key, text, when, now)
 
-    def clear(self) -> None:
-        self._store.backend.clear(self._ns)
+    def clear(self, *, all_map_indices: bool = False) -> None:
+        """Remove the markers (`all_map_indices`: of every map index of the task)."""
+        if not all_map_indices:
+            self._store.backend.clear(self._ns)
+            return
+        s = self._scope
+        prefix = task_prefix(s.dag_id, s.run_id, s.task_id)
+        self._store.backend.clear_prefix(META_KIND + prefix[len(TASK_KIND) :])

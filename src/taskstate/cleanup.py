@@ -8,8 +8,12 @@ Each batch is its own short transaction, so writers wait at most one batch for t
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
+import sqlite3
+import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from taskstate.backends.base import StateBackend
@@ -56,3 +60,52 @@ def delete_expired(
             break
     seconds = time.perf_counter() - started
     return CleanupResult(expired, deleted, batches, longest, seconds, dry_run)
+
+
+class LiveRefIndex:
+    """The offload references of live rows, kept in a temporary SQLite file instead of memory:
+    `clean` over a store of any size holds one batch of references at a time. Built once, by
+    streaming `refs` into it in batches, before the sweep lists objects (an object written
+    after that is younger than the sweep's grace period, so it is never taken for an orphan).
+    """
+
+    BATCH = 1000
+
+    def __init__(self, refs: Iterable[str]) -> None:
+        self._dir = tempfile.TemporaryDirectory(prefix="taskstate-clean-")
+        self._db = sqlite3.connect(os.path.join(self._dir.name, "refs.db"), isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=OFF")
+        self._db.execute("PRAGMA synchronous=OFF")
+        self._db.execute("CREATE TABLE refs (ref TEXT PRIMARY KEY) WITHOUT ROWID")
+        batch: list[tuple[str]] = []
+        for ref in refs:
+            batch.append((ref,))
+            if len(batch) >= self.BATCH:
+                self._add(batch)
+                batch = []
+        self._add(batch)
+
+    def _add(self, batch: list[tuple[str]]) -> None:
+        self._db.execute("BEGIN")
+        self._db.executemany("INSERT OR IGNORE INTO refs VALUES (?)", batch)
+        self._db.execute("COMMIT")
+
+    def among(self, refs: Sequence[str]) -> set[str]:
+        found = self._db.execute(
+            "SELECT ref FROM refs WHERE ref IN (SELECT value FROM json_each(?))",
+            (json.dumps(list(refs)),),
+        )
+        return {row[0] for row in found}
+
+    def __iter__(self) -> Iterator[str]:
+        return (row[0] for row in self._db.execute("SELECT ref FROM refs"))
+
+    def close(self) -> None:
+        self._db.close()
+        self._dir.cleanup()
+
+    def __enter__(self) -> LiveRefIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

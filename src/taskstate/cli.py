@@ -22,7 +22,7 @@ from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, task_prefix
 from taskstate.settings import shown_options
 from taskstate.store import AssetStateStore, StateStore, StoredEntry, TaskStateStore
 from taskstate.values import NEVER_EXPIRE
-from taskstate.writers import cli_writer
+from taskstate.writers import cli_writer, describe
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -263,7 +263,7 @@ def _show_rows(rows: list[dict[str, Any]], output: str, as_json: bool, columns: 
     elif output == "yaml":
         _print_yaml(rows)
     elif output == "plain":
-        cells = [columns, *([_cell(row.get(c)) for c in columns] for row in rows)]
+        cells = [columns, *([_cell(row, c) for c in columns] for row in rows)]
         widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
         for line in cells:
             click.echo("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip())
@@ -274,7 +274,7 @@ def _show_rows(rows: list[dict[str, Any]], output: str, as_json: bool, columns: 
         for column in columns:  # fold, never cut: a run id must stay whole in 80 columns
             table.add_column(column, overflow="fold")
         for row in rows:
-            table.add_row(*(_cell(row.get(c)) for c in columns))
+            table.add_row(*(_cell(row, c) for c in columns))
         _console().print(table)
         if not rows:
             click.echo("(no keys)")
@@ -290,7 +290,10 @@ def _print_yaml(data: Any) -> None:
     click.echo(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), nl=False)
 
 
-def _cell(value: Any) -> str:
+def _cell(row: dict[str, Any], column: str) -> str:
+    value = row.get(column)
+    if column == "updated_by":  # a table shows the writer in a few words; json/yaml in full
+        return describe(value)
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False)
@@ -342,7 +345,16 @@ def task_list(
         rows,
         output,
         as_json,
-        ["run_id", "task_id", "map_index", "key", "value", "expires_at", "updated_at"],
+        [
+            "run_id",
+            "task_id",
+            "map_index",
+            "key",
+            "value",
+            "expires_at",
+            "updated_at",
+            "updated_by",
+        ],
     )
 
 
@@ -441,7 +453,7 @@ def asset_list(name: str | None, uri: str | None, output: str, as_json: bool) ->
         for scope, entry in _store().entries(prefix)
         if isinstance(scope, AssetScope) and (prefix == ASSET_PREFIX or scope.namespace == prefix)
     ]
-    _show_rows(rows, output, as_json, ["asset", "key", "value", "updated_at"])
+    _show_rows(rows, output, as_json, ["asset", "key", "value", "updated_at", "updated_by"])
 
 
 @asset.command("get")

@@ -126,13 +126,25 @@ class Discovery:
         return min(total, KEY_COUNT_CAP + 1)
 
     def _counted(
-        self, items: list[str], count: Callable[[str], int], reach: Reach, limit: int, offset: int
+        self,
+        items: list[str],
+        prefix: Callable[[str], str],
+        visible: Callable[[str], int],
+        reach: Reach,
+        limit: int,
+        offset: int,
     ) -> Page[tuple[str, int]]:
-        """Page `items`; with pins, drop the items where the caller may read nothing first."""
+        """Page `items` with their key counts: the page's only, all in one backend call (the
+        range under `prefix(item)`). With pins, each item counts only what the caller may read
+        (`visible`), and items where that is nothing are left out, so every item is counted."""
         if reach.pinned:
-            counted = [(item, n) for item in items if (n := count(item))]
+            counted = [(item, n) for item in items if (n := visible(item))]
             return Page(counted[offset : offset + limit] if limit > 0 else [], len(counted))
-        return Page([(item, count(item)) for item in _window(items, limit, offset)], len(items))
+        window = _window(items, limit, offset)
+        counts = self.backend.counts(
+            [prefix(item) for item in window], self.now, cap=KEY_COUNT_CAP + 1
+        )
+        return Page(list(zip(window, counts, strict=True)), len(items))
 
     def dags(
         self,
@@ -153,7 +165,12 @@ class Discovery:
         run, task, index = reach.run_id, reach.task_id, reach.map_index
         dags = sorted(d for d in found if may_task(d, run or "", task or "", index))
         return self._counted(
-            dags, lambda dag: self._visible(dag, run, task, index), reach, limit, offset
+            dags,
+            task_prefix,
+            lambda dag: self._visible(dag, run, task, index),
+            reach,
+            limit,
+            offset,
         )
 
     def runs(
@@ -173,7 +190,12 @@ class Discovery:
             runs = self.backend.groups(task_prefix(dag_id), self.now)
         runs = [r for r in runs if may_task(dag_id, r, task or "", index)]
         return self._counted(
-            runs, lambda run: self._visible(dag_id, run, task, index), reach, limit, offset
+            runs,
+            lambda run: task_prefix(dag_id, run),
+            lambda run: self._visible(dag_id, run, task, index),
+            reach,
+            limit,
+            offset,
         )
 
     def task_instances(
@@ -197,10 +219,9 @@ class Discovery:
                 found.append((task, int(index)))
         found.sort()
         window = found[offset : offset + limit] if limit > 0 else []
-        items = [
-            (task, index, self._count(f"{prefix}{task}{SEP}{index}", exact=True))
-            for task, index in window
-        ]
+        namespaces = [f"{prefix}{task}{SEP}{index}" for task, index in window]
+        counts = self.backend.counts(namespaces, self.now, exact=True, cap=KEY_COUNT_CAP + 1)
+        items = [(task, index, n) for (task, index), n in zip(window, counts, strict=True)]
         return Page(items, len(found))
 
     def assets(
@@ -214,7 +235,8 @@ class Discovery:
         found = self.backend.groups(ASSET_PREFIX, self.now, whole=True)
         # parse_namespace, not AssetScope(...): a name written before today's rules still lists.
         names = [n for n in found if may_asset(parse_namespace(ASSET_PREFIX + n))]  # type: ignore[arg-type]
-        return Page(
-            [(n, self._count(ASSET_PREFIX + n, exact=True)) for n in _window(names, limit, offset)],
-            len(names),
+        window = _window(names, limit, offset)
+        counts = self.backend.counts(
+            [ASSET_PREFIX + n for n in window], self.now, exact=True, cap=KEY_COUNT_CAP + 1
         )
+        return Page(list(zip(window, counts, strict=True)), len(names))

@@ -34,6 +34,7 @@ import os
 import re
 import sys
 import threading
+import weakref
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -669,9 +670,17 @@ def _init(self: Any, store: StateStore, scope: Any, writer: Any = None) -> None:
 
 
 def backend_tag(store: StateStore) -> str:
-    """A backend's short, low-cardinality name: its URL scheme (sqlite, postgresql, http)."""
-    scheme, sep, _ = store.describe().partition(":")
-    return scheme if sep and scheme.isidentifier() else type(store.backend).__name__
+    """A backend's short, low-cardinality name: its URL scheme (sqlite, postgresql, http).
+    Worked out once per backend, not per accessor (a server builds one per request)."""
+    found: str | None = _TAGS.get(store.backend)
+    if found is None:
+        scheme, sep, _ = store.describe().partition(":")
+        found = scheme if sep and scheme.isidentifier() else type(store.backend).__name__
+        _TAGS[store.backend] = found
+    return found
+
+
+_TAGS: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 # The wrapper takes the wrapped method's own parameters: forwarding `*args, **kwargs` costs as

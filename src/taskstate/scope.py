@@ -9,6 +9,7 @@ the bounds, written by an older taskstate, can still be read, listed and deleted
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TypeVar
 
 from taskstate.errors import InvalidScopeError
@@ -67,7 +68,7 @@ class TaskScope:
                 f"map_index must be an int >= -1 (-1 = not mapped), got {self.map_index!r}"
             )
 
-    @property
+    @cached_property  # a scope is immutable; a server builds one per request and asks often
     def namespace(self) -> str:
         return task_prefix(self.dag_id, self.run_id, self.task_id) + str(self.map_index)
 

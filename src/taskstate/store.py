@@ -15,7 +15,7 @@ from typing import Any
 from taskstate.accessors import AssetStateStore, MetaState, TaskStateStore, _Accessor
 from taskstate.backends import load_worker_backend, open_backend
 from taskstate.backends.base import Row, SchemaStatus, StateBackend, WorkerStateBackend
-from taskstate.cleanup import CleanupResult, delete_expired
+from taskstate.cleanup import CleanupResult, LiveRefIndex, delete_expired
 from taskstate.discovery import Discovery
 from taskstate.errors import BackendError, ConfigError, OffloadedValueMissingError
 from taskstate.metrics import Metrics, configured
@@ -165,9 +165,8 @@ class StateStore:
         if value is GONE:
             return None
         updated_by = None if row.updated_by is None else json.loads(row.updated_by)
-        return StoredEntry(
-            row.key, value, row.updated_at, row.expires_at, updated_by, etag_of(row.value)
-        )
+        etag = etag_of(row.value, row.expires_at, row.updated_by, row.updated_at)
+        return StoredEntry(row.key, value, row.updated_at, row.expires_at, updated_by, etag)
 
     def entries(self, prefix: str = "") -> Iterator[tuple[TaskScope | AssetScope, StoredEntry]]:
         """Every live key under a namespace prefix with its scope, decoded, in order."""
@@ -269,13 +268,20 @@ class StateStore:
             return result
         # An expired row reads as absent, so its object is an orphan even before (dry run)
         # or after (a key expiring meanwhile) the row itself goes.
+        # The references go to a temporary file, not a set: memory stays bounded by a batch.
         now = self.clock()
-        live = {
+        refs = (
             ref
             for row in self.backend.scan()
             if is_live(row.expires_at, now) and (ref := stored_ref(row.value)) is not None
-        }
-        return result.with_orphans(worker.sweep(live, dry_run=dry_run))
+        )
+        with LiveRefIndex(refs) as live:
+            return result.with_orphans(worker.sweep_orphans(live, dry_run=dry_run))
+
+    def probe(self) -> None:
+        """One indexed read (a key that need not exist): raises when the store cannot serve.
+        The HTTP API's readiness check."""
+        self.backend.get(META_PREFIX + "health", "probe")
 
     def describe(self) -> str:
         """Which backend holds the state, never with credentials (for logs, doctor, health)."""

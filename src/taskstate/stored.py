@@ -42,9 +42,14 @@ def stored_ref(text: str) -> str | None:
     return text[len(REF_PREFIX) :] if text.startswith(REF_PREFIX) else None
 
 
-def etag_of(text: str) -> str:
-    """An opaque version tag of a stored value: it changes whenever the value does."""
-    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+def etag_of(
+    text: str, expires_at: float | None, updated_by: str | None, updated_at: float | None
+) -> str:
+    """An opaque version tag of a stored row. It covers the value, the expiry, the writer and
+    the write's time, so every acknowledged write makes a new tag: a rewrite of the same value
+    with a new expiry or writer, and A -> B -> A, never pass an `If-Match` on the old tag."""
+    version = f"{expires_at!r}\x1f{updated_by}\x1f{updated_at!r}\x1f{text}"
+    return hashlib.blake2b(version.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()
 
 
 def is_live(expires: float | None, now: float) -> bool:

@@ -60,5 +60,15 @@ def os_user() -> str:
         return f"uid {os.getuid()}"
 
 
+def describe(writer: Writer | None) -> str:
+    """A writer in a few words, for tables: "task", "cli: alice", "api: ops", "import: alice",
+    "" when unknown."""
+    if writer is None:
+        return ""
+    via, who = writer.get("via"), writer.get("user") or writer.get("subject")
+    label = str(via or writer.get("kind", "?"))
+    return f"{label}: {who}" if who and label != "task" else label
+
+
 def writer_text(writer: Writer | None) -> str | None:
     return None if writer is None else json.dumps(writer, separators=(",", ":"), sort_keys=True)

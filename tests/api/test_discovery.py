@@ -85,3 +85,18 @@ def test_expired_state_is_not_listed(api: httpx.Client, served: Served) -> None:
     assert api.get(f"{V2}/dags").json()["total_entries"] == 1
     served.clock.now += 6
     assert api.get(f"{V2}/dags").json()["total_entries"] == 0
+
+
+def test_a_glob_lists_only_its_dags_and_pins_narrow_the_counts(served: Served) -> None:
+    _seed(served)
+    for dag in ("etlx", "etl%", "etl_\\"):  # LIKE's own characters are data, not patterns
+        served.store.task_state(TaskScope(dag, "r1", "x")).set("k", 1)
+    with served.client(dag_ids=("etl_*",)) as client:
+        dags = [d["dag_id"] for d in client.get(f"{V2}/dags").json()["dags"]]
+        assert dags == ["etl_\\", "etl_a", "etl_b"]
+    with served.client(dag_ids=("etl%",)) as client:
+        assert client.get(f"{V2}/dags").json()["dags"] == [{"dag_id": "etl%", "keys": 1}]
+    with served.client(dag_ids=("etl_a",), run_id="r1", task_id="load") as client:
+        assert client.get(f"{V2}/dags").json()["dags"] == [{"dag_id": "etl_a", "keys": 4}]
+        runs = client.get(f"{V2}/dags/etl_a/dagRuns").json()
+        assert runs == {"dag_runs": [{"dag_run_id": "r1", "keys": 4}], "total_entries": 1}

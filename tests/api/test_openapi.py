@@ -35,6 +35,12 @@ def test_openapi_and_health_need_no_token(served: Served) -> None:
         assert client.get("/taskstate/openapi.json").status_code == 200
         health = client.get("/taskstate/health")
         assert health.status_code == 200
-        body = health.json()
+        # Anonymous on a keyed server: no backend URL or path, no version (defect 17).
+        assert health.json() == {"status": "ok"}
+        assert client.get("/taskstate/health/live").json() == {"status": "ok"}
+    with served.admin() as admin:
+        body = admin.get("/taskstate/health").json()
         assert body["status"] == "ok"
         assert body["backend"].startswith("sqlite:///")
+    with served.client(dag_ids=("d",)) as user:
+        assert user.get("/taskstate/health").json() == {"status": "ok"}

@@ -31,10 +31,14 @@ def _free_port() -> int:
 
 
 @contextmanager
-def _serving(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def serving(
+    tmp_path: Path, env: dict[str, str], url: str | None = None
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`taskstate serve` on a free loopback port, on `url` (default: a SQLite file)."""
     port = _free_port()
+    url = url or f"sqlite:///{tmp_path}/s.db"
     proc = subprocess.Popen(
-        [*TASKSTATE, "--url", f"sqlite:///{tmp_path}/s.db", "serve", "--port", str(port)],
+        [*TASKSTATE, "--url", url, "serve", "--port", str(port)],
         env=env,
         stderr=subprocess.PIPE,
         text=True,
@@ -57,7 +61,7 @@ def _serving(tmp_path: Path, env: dict[str, str]) -> Iterator[tuple[str, subproc
 
 
 def test_open_server_on_loopback_says_so(tmp_path: Path) -> None:
-    with _serving(tmp_path, _env(tmp_path)) as (base, proc):
+    with serving(tmp_path, _env(tmp_path)) as (base, proc):
         response = httpx.put(
             f"{base}/taskstate/api/v2/dags/d/dagRuns/r/taskInstances/t/state-store/k",
             json={"value": 1},
@@ -97,7 +101,7 @@ def test_a_created_token_opens_what_it_names(tmp_path: Path) -> None:
         check=True,
     )
     token = created.stdout.strip()
-    with _serving(tmp_path, env) as (base, proc):
+    with serving(tmp_path, env) as (base, proc):
         route = f"{base}/taskstate/api/v2/dags/etl_x/dagRuns/r/taskInstances/t/state-store"
         assert httpx.get(route).status_code == 401
         auth = {"Authorization": f"Bearer {token}"}

@@ -97,12 +97,25 @@ def test_expired_key_is_absent_everywhere(api: httpx.Client, served: Served) -> 
     assert api.patch(f"{TASK}/short", json={"value": 3}).status_code == 404
 
 
-def test_expires_at_in_the_past_writes_an_absent_key(api: httpx.Client) -> None:
-    assert (
-        api.put(f"{TASK}/k", json={"value": 1, "expires_at": "2020-01-01T00:00:00Z"}).status_code
-        == 204
-    )
-    assert api.get(f"{TASK}/k").status_code == 404
+@pytest.mark.parametrize(
+    "when",
+    [
+        "2020-01-01T00:00:00Z",  # in the past: it would be stored absent (defect 2)
+        "9999-12-31T23:59:59-23:59",  # after 9999-12-31 UTC: unreadable once stored
+        "9999-12-31T23:59:59.5Z",
+    ],
+)
+def test_an_expiry_in_the_past_or_after_9999_is_422(
+    api: httpx.Client, served: Served, when: str
+) -> None:
+    response = api.put(f"{TASK}/k", json={"value": 1, "expires_at": when})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["body", "expires_at"]
+    assert served.store.task_state(SCOPE).keys() == []
+    latest = api.put(f"{TASK}/k", json={"value": 1, "expires_at": "9999-12-31T23:59:59Z"})
+    assert latest.status_code == 204
+    assert api.get(f"{TASK}/k").json()["expires_at"] == "9999-12-31T23:59:59Z"
+    assert api.get(TASK).status_code == 200
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.synchronize import Event
 from pathlib import Path
@@ -14,6 +14,8 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
+from tests.commit_proxy import commit_proxy
+from tests.pgbouncer_server import running_pgbouncer
 from tests.postgres_server import PostgresServer, free_port, running_server
 from tests.test_scope import any_text, round_trip_or_typed_error
 
@@ -21,7 +23,12 @@ from taskstate import AssetScope, StateStore, TaskScope
 from taskstate.backends import open_backend
 from taskstate.backends.base import Entry, SchemaStatus
 from taskstate.backends.postgres import MIGRATIONS, PostgresBackend, _transient_connect
-from taskstate.errors import BackendError, BackendUnavailableError, SchemaMissingError
+from taskstate.errors import (
+    BackendError,
+    BackendUnavailableError,
+    OutcomeUnknownError,
+    SchemaMissingError,
+)
 from taskstate.settings import Settings
 from taskstate.testing.contract import NOW, BackendContract, untimed
 
@@ -38,10 +45,20 @@ def backend_url(postgres_url: str) -> Iterator[PostgresBackend]:
     backend.close()
 
 
+@pytest.fixture
+def lane_backend(postgres_url: str, pg_route: Callable[[str], str]) -> Iterator[PostgresBackend]:
+    """The same, directly and through PgBouncer in transaction pooling mode."""
+    backend = PostgresBackend(pg_route(postgres_url))
+    backend.migrate()
+    backend.clear_prefix("")
+    yield backend
+    backend.close()
+
+
 class TestPostgresContract(BackendContract):
     @pytest.fixture
-    def backend(self, backend_url: PostgresBackend) -> PostgresBackend:
-        return backend_url
+    def backend(self, lane_backend: PostgresBackend) -> PostgresBackend:
+        return lane_backend
 
 
 def test_reads_and_writes_before_migrate_say_to_run_db_migrate(fresh_postgres_url: str) -> None:
@@ -70,9 +87,11 @@ def _migrate(url: str) -> list[int]:
     return PostgresBackend(url).migrate()
 
 
-def test_concurrent_migrations_apply_each_version_once(fresh_postgres_url: str) -> None:
+def test_concurrent_migrations_apply_each_version_once(
+    fresh_postgres_url: str, pg_route: Callable[[str], str]
+) -> None:
     with mp.get_context("spawn").Pool(4) as pool:
-        results = pool.map(_migrate, [fresh_postgres_url] * 4)
+        results = pool.map(_migrate, [pg_route(fresh_postgres_url)] * 4)
     # Each version once, by whichever migrator got there (an online index build runs between
     # transactions, so another migrator may record the version after it).
     assert sorted(v for applied in results for v in applied) == list(range(1, len(MIGRATIONS) + 1))
@@ -110,9 +129,9 @@ def test_wrong_password_fails_at_once_without_retrying(postgres_url: str) -> Non
 
 
 def test_transact_retries_when_the_connection_dies_before_commit(
-    backend_url: PostgresBackend, postgres_url: str
+    lane_backend: PostgresBackend, postgres_url: str
 ) -> None:
-    backend = backend_url
+    backend = lane_backend
     calls = []
 
     def incr(entry: Entry | None) -> tuple[Entry | None, int]:
@@ -139,8 +158,8 @@ def _increment(url: str, n: int) -> None:
             accessor.update("counter", lambda v: v + 1, default=0)
 
 
-def test_update_from_8_processes_loses_nothing(backend_url: PostgresBackend) -> None:
-    url = backend_url._conninfo
+def test_update_from_8_processes_loses_nothing(lane_backend: PostgresBackend) -> None:
+    url = lane_backend._conninfo
     with mp.get_context("spawn").Pool(8) as pool:
         pool.starmap(_increment, [(url, 500)] * 8)
     with StateStore(url) as store:
@@ -256,34 +275,139 @@ def test_scan_pages_through_more_rows_than_one_page(backend_url: PostgresBackend
     assert len(list(backend.scan())) == 2401
 
 
-def test_a_connection_lost_during_commit_is_reported_not_retried(fresh_postgres_url: str) -> None:
-    backend = PostgresBackend(fresh_postgres_url)
-    backend.migrate()
-    backend.set("ns", "boom", "1", None, NOW)
-    with psycopg.connect(fresh_postgres_url, autocommit=True) as admin:
-        # A deferred trigger runs inside COMMIT: it kills its own session right there.
+def _die_in_commit(url: str, *, times: str) -> None:
+    """A deferred trigger runs inside COMMIT: it kills its own session right there, so the
+    server rolls the transaction back and the client loses its connection mid-COMMIT."""
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute("CREATE SEQUENCE commits")
         admin.execute(
             "CREATE FUNCTION die_in_commit() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
-            "PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5); "
+            f"IF nextval('commits') <= {times} THEN "
+            "PERFORM pg_terminate_backend(pg_backend_pid()); PERFORM pg_sleep(5); END IF; "
             "RETURN NULL; END $$"
         )
         admin.execute(
             "CREATE CONSTRAINT TRIGGER die_in_commit AFTER UPDATE ON taskstate_entries "
             "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION die_in_commit()"
         )
-    calls = []
 
-    def incr(entry: Entry | None) -> tuple[Entry | None, None]:
-        calls.append(entry)
-        return Entry(str(int(entry.value) + 1 if entry else 0), None), None
 
-    with pytest.raises(BackendUnavailableError, match="may or may not have been applied"):
-        backend.transact("ns", "boom", incr, NOW)
-    assert len(calls) == 1  # never re-run: a second increment could have applied twice
-    assert untimed(backend.get("ns", "boom")) == Entry(
-        "1", None
-    )  # (here the server had rolled it back)
+class Increments:
+    """`update`'s function, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, entry: Entry | None) -> tuple[Entry | None, int]:
+        self.calls += 1
+        value = 1 if entry is None else int(entry.value) + 1
+        return Entry(str(value), None), value
+
+
+def test_an_update_whose_commit_aborted_with_the_connection_is_run_again(
+    fresh_postgres_url: str,
+) -> None:
+    backend = PostgresBackend(fresh_postgres_url)
+    backend.migrate()
+    backend.set("ns", "n", "41", None, NOW)
+    _die_in_commit(fresh_postgres_url, times="1")
+    incr = Increments()
+    assert backend.transact("ns", "n", incr, NOW) == 42
+    assert incr.calls == 2  # run again only because the server said the first one aborted
+    assert untimed(backend.get("ns", "n")) == Entry("42", None)
     backend.close()
+
+
+def test_an_update_whose_commits_keep_aborting_gives_up_applying_nothing(
+    fresh_postgres_url: str,
+) -> None:
+    backend = PostgresBackend(fresh_postgres_url, retry_window_s=0.5)
+    backend.migrate()
+    backend.set("ns", "n", "41", None, NOW)
+    _die_in_commit(fresh_postgres_url, times="1000")
+    with pytest.raises(BackendUnavailableError, match="none of them was applied"):
+        backend.transact("ns", "n", Increments(), NOW)
+    assert untimed(backend.get("ns", "n")) == Entry("41", None)
+    backend.close()
+
+
+def test_an_update_whose_commit_answer_was_lost_is_not_run_again(
+    fresh_postgres_url: str, postgres_server: PostgresServer
+) -> None:
+    """The COMMIT lands and its answer is lost on the way back: `fn` ran once and its result is
+    returned, found out by asking the server about the transaction afterwards."""
+    with commit_proxy(postgres_server.port) as proxy:
+        backend = PostgresBackend(proxy.url(fresh_postgres_url))
+        backend.migrate()
+        backend.set("ns", "n", "41", None, NOW)
+        proxy.lose_next_commit()
+        incr = Increments()
+        assert backend.transact("ns", "n", incr, NOW) == 42
+        assert proxy.lost.is_set()
+        assert incr.calls == 1
+        assert untimed(backend.get("ns", "n")) == Entry("42", None)
+        backend.close()
+
+
+def test_an_update_whose_outcome_cannot_be_learned_raises_outcome_unknown(
+    fresh_postgres_url: str, postgres_server: PostgresServer
+) -> None:
+    with commit_proxy(postgres_server.port) as proxy:
+        backend = PostgresBackend(
+            proxy.url(fresh_postgres_url), retry_window_s=0.5, connect_timeout_s=1
+        )
+        backend.migrate()
+        backend.set("ns", "n", "41", None, NOW)
+        proxy.lose_next_commit(refuse_after=True)  # and the server cannot be asked
+        incr = Increments()
+        with pytest.raises(OutcomeUnknownError, match="Read the key") as caught:
+            backend.transact("ns", "n", incr, NOW)
+        assert isinstance(caught.value, BackendUnavailableError)
+        assert incr.calls == 1  # never applied twice
+        backend.close()
+    with psycopg.connect(fresh_postgres_url) as conn:  # (here it had landed)
+        assert conn.execute("SELECT value FROM taskstate_entries").fetchone() == ("42",)
+
+
+def _count_up(url: str, acks: str, stop: Event) -> None:
+    """`update` +1 in a loop, recording each increment only after it returned."""
+    with StateStore(url) as store, open(acks, "a", buffering=1) as log:
+        accessor = store.task_state(TaskScope("dag", "run", "counter"))
+        while not stop.is_set():
+            accessor.update("n", lambda v: v + 1, default=0)
+            log.write("1\n")
+
+
+def test_updates_through_pgbouncer_stay_exact_when_it_is_killed(
+    postgres_server: PostgresServer, fresh_postgres_url: str, tmp_path: Path
+) -> None:
+    """4 processes increment one counter through PgBouncer while it is SIGKILLed (every client
+    and server connection cut, mid-statement or mid-COMMIT) and restarted, twice: the counter
+    ends at exactly the number of increments that returned."""
+    with running_pgbouncer(postgres_server) as bouncer:
+        url = bouncer.route(fresh_postgres_url)
+        PostgresBackend(url).migrate()
+        acks = tmp_path / "acks"
+        acks.touch()
+        ctx = mp.get_context("spawn")
+        stop = ctx.Event()
+        writers = [ctx.Process(target=_count_up, args=(url, str(acks), stop)) for _ in range(4)]
+        for writer in writers:
+            writer.start()
+        try:
+            seen = _wait_for_more_acks(acks, 0)
+            for _ in range(2):
+                bouncer.kill()
+                bouncer.start()
+                seen = _wait_for_more_acks(acks, seen)
+        finally:
+            stop.set()
+            for writer in writers:
+                writer.join(60)
+        assert [w.exitcode for w in writers] == [0] * 4
+        with StateStore(url) as store:
+            counter = store.task_state(TaskScope("dag", "run", "counter")).get("n")
+    assert counter == len(acks.read_text().split())
 
 
 def test_airflows_postgres_metadata_db_is_the_default(
@@ -303,9 +427,11 @@ def test_airflows_postgres_metadata_db_is_the_default(
     assert row == ("[1]",)
 
 
-def test_cli_db_migrate_and_check_on_postgres(fresh_postgres_url: str) -> None:
+def test_cli_db_migrate_and_check_on_postgres(
+    fresh_postgres_url: str, pg_route: Callable[[str], str]
+) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "taskstate", "--url", fresh_postgres_url, *args]
+        cmd = [sys.executable, "-m", "taskstate", "--url", pg_route(fresh_postgres_url), *args]
         return subprocess.run(cmd, capture_output=True, text=True, check=False)
 
     scope = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]

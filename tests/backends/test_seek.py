@@ -13,12 +13,14 @@ from typing import Any
 
 import psycopg
 import pytest
+from tests.expired_rows import load_rows
 
 from taskstate import StateStore, TaskScope
 from taskstate.backends import postgres as pg
 from taskstate.backends import sqlite as lite
 from taskstate.backends.postgres import PostgresBackend
 from taskstate.backends.sqlite import SQLiteBackend
+from taskstate.discovery import KEY_COUNT_CAP
 from taskstate.scope import ASSET_PREFIX, task_prefix
 from taskstate.settings import Settings
 
@@ -70,16 +72,8 @@ def _statements(store: StateStore, trace: Callable[[Callable[[], object]], list[
 def sqlite_url() -> Iterator[str]:
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{tmp}/state.db"
-        backend = SQLiteBackend(url)
-        conn = backend._conn()
-        with backend._write_transaction(conn):
-            conn.executemany(
-                f"INSERT INTO {lite.TABLE} (namespace, key, value, expires_at, updated_at) "
-                "VALUES (?, ?, ?, ?, ?)",
-                _rows(),
-            )
-        conn.execute("ANALYZE")
-        backend.close()
+        SQLiteBackend(url).schema_status()  # creates the schema
+        load_rows(url, _rows())
         yield url
 
 
@@ -129,6 +123,19 @@ def test_sqlite_listings_and_discovery_seek_the_primary_key(sqlite_url: str) -> 
     backend.close()
 
 
+def test_discovery_counts_stop_past_10000_keys(tmp_path: Any) -> None:
+    url = f"sqlite:///{tmp_path}/state.db"
+    SQLiteBackend(url).schema_status()  # creates the schema
+    ns = TaskScope("dag", "run", "task").namespace
+    load_rows(url, ((ns, f"k{i:05}", "1", None, NOW) for i in range(KEY_COUNT_CAP + 50)))
+    with StateStore(url, settings=Settings(), clock=lambda: NOW) as store:
+        found = store.discovery()
+        assert found.dags().items == [("dag", KEY_COUNT_CAP + 1)]
+        assert found.task_instances("dag", "run").items == [("task", -1, KEY_COUNT_CAP + 1)]
+        # A listing's own total stays exact.
+        assert store.task_state(TaskScope("dag", "run", "task")).page().total == 10_050
+
+
 # -- PostgreSQL -------------------------------------------------------------------------------
 
 
@@ -140,13 +147,7 @@ def postgres_store_url(postgres_url: str) -> Iterator[str]:
         admin.execute(f"CREATE DATABASE {name}")
     url = postgres_url.rsplit("/", 1)[0] + "/" + name
     PostgresBackend(url).migrate()
-    with psycopg.connect(url, autocommit=True) as conn:
-        with conn.cursor().copy(
-            f"COPY {pg.TABLE} (namespace, key, value, expires_at, updated_at) FROM STDIN"
-        ) as copy:
-            for row in _rows():
-                copy.write_row(row)
-        conn.execute(f"ANALYZE {pg.TABLE}")
+    load_rows(url, _rows())
     yield url
     with psycopg.connect(postgres_url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
@@ -231,6 +232,16 @@ def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: st
             (pg._COUNT_IN, {**in_ns, "cap": 10001}, f"{pg.TABLE}_(keys|pkey)"),
             (pg._COUNT_RANGE, {**dag_range, "cap": 10001}, f"{pg.TABLE}_order"),
             (
+                pg._COUNT_EACH_RANGE,
+                {"a": [dag], "b": [dag[:-1] + " "], "cap": 10001, **live},
+                f"{pg.TABLE}_order",
+            ),
+            (
+                pg._COUNT_EACH_IN,
+                {"a": [ns], "b": [None], "cap": 10001, **live},
+                f"{pg.TABLE}_(keys|pkey)",
+            ),
+            (
                 pg._GROUPS[False],
                 {"lo": "t\x1f", "hi": "t ", "n": 2, "like": "", **live},
                 f"{pg.TABLE}_order",
@@ -248,4 +259,26 @@ def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: st
     assert len(backend.rows(ns, NOW, limit=50)) == 50
     assert backend.count(ns, NOW, exact=True) == BIG_KEYS
     assert len(backend.groups("t\x1f", NOW)) == 40
+    backend.close()
+
+
+@pytest.mark.postgres
+def test_an_online_index_build_that_died_is_rebuilt_by_the_next_migrate(
+    fresh_postgres_url: str,
+) -> None:
+    backend = PostgresBackend(fresh_postgres_url)
+    assert backend.migrate() == list(range(1, len(pg.MIGRATIONS) + 1))
+    backend.set("ns", "k", "1", None, NOW)
+    index = pg._ONLINE[4]
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        # What a CREATE INDEX CONCURRENTLY killed midway leaves: an invalid index, unrecorded.
+        conn.execute(
+            f"UPDATE pg_index SET indisvalid = false WHERE indexrelid = '{index}'::regclass"
+        )
+        conn.execute(f"DELETE FROM {pg.VERSION_TABLE} WHERE version >= 4")
+        assert pg._index_state(conn, index) == "invalid"
+    assert backend.migrate() == list(range(4, len(pg.MIGRATIONS) + 1))
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        assert pg._index_state(conn, index) == "valid"
+    assert [r.key for r in backend.rows("ns", NOW)] == ["k"]
     backend.close()

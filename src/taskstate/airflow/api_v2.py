@@ -45,6 +45,10 @@ _METHODS: dict[str, Method] = {
 class FabUser:
     """An Airflow 2 user's permissions for one request's method, read in the Flask request."""
 
+    admin = False  # the server's own details are for taskstate admin tokens
+    try_number = None
+    task_instance = None
+
     def __init__(
         self,
         subject: str,

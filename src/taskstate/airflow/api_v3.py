@@ -23,6 +23,10 @@ COOKIE = "_token"  # Airflow 3's COOKIE_NAME_JWT_TOKEN
 class AirflowUser:
     """A user of Airflow's auth manager; answers are cached for the request."""
 
+    admin = False  # the server's own details are for taskstate admin tokens
+    try_number = None
+    task_instance = None
+
     def __init__(self, user: Any, auth_manager: Any) -> None:
         self.user = user
         self.auth_manager = auth_manager

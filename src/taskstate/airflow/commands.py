@@ -170,16 +170,17 @@ def variables_migrate(
     """
     from taskstate.airflow import variables as moves
 
-    if airflow_version() is None:
-        raise click.ClickException(
-            "this command reads an Airflow Variable, but Airflow is not installed here; run it "
-            "where Airflow and its metadata database are reachable (e.g. on the scheduler)"
-        )
+    # Usage errors first: they need no Airflow to report.
     task_fields = (dag_id, run_id, task_id)
     if (to_asset is None) == all(f is None for f in task_fields):
         raise click.UsageError("give either --to-asset, or --dag-id --run-id --task-id")
     if to_asset is None and any(f is None for f in task_fields):
         raise click.UsageError("a task target needs all of --dag-id, --run-id and --task-id")
+    if airflow_version() is None:
+        raise click.ClickException(
+            "this command reads an Airflow Variable, but Airflow is not installed here; run it "
+            "where Airflow and its metadata database are reachable (e.g. on the scheduler)"
+        )
     target = moves.target(to_asset, dag_id, run_id, task_id, map_index)
     raw = moves.read_variable(variable_key)
     value = moves.state_value(variable_key, raw, as_text=text)

@@ -45,12 +45,14 @@ def task_token(context: Any) -> str | None:
 
     ti, task = context["ti"], context["task"]
     map_index = ti.map_index if ti.map_index is not None else -1
+    # Each asset by its identity only (its name, else its uri): listing the uri of a named
+    # asset too would also grant the different asset whose identity is that uri.
     assets: list[str] = []
     for asset in (*(task.inlets or ()), *(task.outlets or ())):
         if is_asset(asset):
-            assets.extend(
-                v for v in (getattr(asset, "name", None), getattr(asset, "uri", None)) if v
-            )
+            identity = getattr(asset, "name", None) or getattr(asset, "uri", None)
+            if identity:
+                assets.append(identity)
     now = time.time()
     claims = Claims(
         subject=f"task:{ti.dag_id}/{ti.run_id}/{ti.task_id}/{map_index}",

@@ -9,20 +9,15 @@ from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
-from fastapi import Depends, FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.openapi.utils import get_openapi
+from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 import taskstate
-from taskstate.api import (
-    errors,
-    models,
-    routes_asset,
-    routes_discovery,
-    routes_metrics,
-    routes_task,
-    routes_worker,
-)
+from taskstate.api import errors, models, routes_discovery, routes_metrics, routes_state
 from taskstate.api.auth import Auth
 from taskstate.api.context import AppContext, Hosting, max_page_limit
 from taskstate.store import StateStore
@@ -31,7 +26,11 @@ from taskstate.ui.pages import install as install_ui
 BASE_PATH = "/taskstate"
 
 
-def create_app(store: StateStore, auth: Auth, *, hosting: Hosting | None = None) -> FastAPI:
+def create_app(
+    store: StateStore, auth: Auth, *, hosting: Hosting | None = None, state_routes: bool = True
+) -> FastAPI:
+    """The app. `state_routes=False`: the caller serves `routes_state.StateRoutes` in front of
+    it (`taskstate serve`, to skip the layers below for the hot routes)."""
     app = FastAPI(
         title="taskstate",
         version=taskstate.__version__,
@@ -45,22 +44,63 @@ def create_app(store: StateStore, auth: Auth, *, hosting: Hosting | None = None)
     errors.install(app)
     app.add_middleware(BodyLimit, limit=ctx.body_limit)
     app.add_middleware(routes_metrics.RequestMetrics, metrics=store.metrics)
-    app.include_router(routes_task.router, dependencies=[Depends(routes_worker.fence)])
-    app.include_router(routes_worker.router)
-    app.include_router(routes_asset.by_query)
-    if ctx.hosting.asset_by_id is not None:
-        app.include_router(routes_asset.by_id)
+    if state_routes:  # outermost (added last); `taskstate serve` puts it before the mount
+        app.add_middleware(routes_state.StateRoutes, ctx=ctx)
     app.include_router(routes_discovery.router)
     if store.metrics.prometheus is not None:  # `taskstate serve`: GET /taskstate/metrics
         app.include_router(routes_metrics.router)
     install_ui(app)  # the state pages at /ui/ (issue 14), clients of the routes above
 
-    @app.get("/health", response_model=models.Health, tags=["Health"])
-    def health() -> models.Health:
-        """Liveness, and which backend serves the state (never its credentials)."""
-        return models.Health(status="ok", backend=store.describe(), version=taskstate.__version__)
+    @app.get(
+        "/health",
+        response_model=models.Health,
+        tags=["Health"],
+        responses={503: {"model": models.Health, "description": "The store cannot serve"}},
+    )
+    async def health(request: Request) -> Response:
+        """Readiness: 200 when one indexed read of the store succeeds, else 503. The backend
+        and version are shown to admins only (and on an open loopback server)."""
+        body: dict[str, Any] = {"status": "ok"}
+        code = 200
+        try:
+            await routes_state.call_store(ctx, store.probe)
+        except Exception as exc:  # any failure of the store means "not ready"
+            errors.log.warning("health: the state store is not ready: %s", exc)
+            failed = f"the state store failed ({type(exc).__name__})"
+            body = {"status": "unavailable", "detail": failed}
+            code = 503
+        if await _is_admin(ctx, request):
+            body["backend"] = store.describe()
+            body["version"] = taskstate.__version__
+        headers = {"Cache-Control": "no-store"}
+        if code == 503:
+            headers["Retry-After"] = "1"
+        return Response(errors.dumps(body), code, headers, media_type="application/json")
 
+    @app.get("/health/live", response_model=models.Health, tags=["Health"])
+    async def live() -> Response:
+        """Liveness: the process answers; the store is not touched."""
+        return Response(b'{"status":"ok"}', media_type="application/json")
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title, version=app.version, summary=app.summary, routes=app.routes
+            )
+            routes_state.document(schema, by_id=ctx.hosting.asset_by_id is not None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+async def _is_admin(ctx: AppContext, request: Request) -> bool:
+    """An admin caller; anyone else (or a refused token) is anonymous here."""
+    try:
+        return (await ctx.auth(request)).admin
+    except HTTPException:
+        return False
 
 
 class BodyLimit:

@@ -32,6 +32,21 @@ class Principal(Protocol):
         """Recorded as `last_updated_by.subject` on the caller's writes."""
         ...
 
+    @property
+    def admin(self) -> bool:
+        """May see the server's own details (backend, version, metrics)."""
+        ...
+
+    @property
+    def try_number(self) -> int | None:
+        """A task-instance token's try: its writes are fenced to that try (else None)."""
+        ...
+
+    @property
+    def task_instance(self) -> tuple[str, str, str, int] | None:
+        """The (dag_id, run_id, task_id, map_index) a task-instance token was minted for."""
+        ...
+
     def may_task(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
     ) -> bool:
@@ -60,6 +75,9 @@ class OpenAccess:
     """No secret key and a loopback server: everything is allowed (the server says so)."""
 
     subject = "anonymous"
+    admin = True
+    try_number = None
+    task_instance = None
 
     def may_task(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
@@ -75,10 +93,14 @@ class TokenPrincipal:
 
     def __init__(self, claims: Claims) -> None:
         self.claims = claims
-
-    @property
-    def subject(self) -> str:
-        return self.claims.subject
+        self.subject = claims.subject
+        self.admin = claims.admin
+        self.try_number = claims.try_number
+        self.task_instance: tuple[str, str, str, int] | None = None
+        if claims.try_number is not None:  # minted for one task instance (worker.task_token)
+            c = claims
+            if len(c.dag_ids) == 1 and c.run_id and c.task_id and c.map_index is not None:
+                self.task_instance = (c.dag_ids[0], c.run_id, c.task_id, c.map_index)
 
     def _method_ok(self, method: Method) -> bool:
         return method == "GET" or not self.claims.read_only
@@ -123,12 +145,19 @@ class TokenAuthenticator:
 
     async def __call__(self, request: Request) -> Principal | None:
         token = bearer(request)
-        if token is None or not is_taskstate_token(token):
+        if token is None:
             return None
         try:
-            return TokenPrincipal(self.keys.verify(token))
+            # A token verified before is not decoded again (a worker sends one token for
+            # every request); only its expiry is checked.
+            claims = self.keys.verified(token)
+            if claims is None:
+                if not is_taskstate_token(token):
+                    return None
+                claims = self.keys.verify(token)
         except InvalidTokenError as exc:
             raise Unauthenticated(str(exc)) from None
+        return TokenPrincipal(claims)
 
 
 def is_taskstate_token(token: str) -> bool:

@@ -122,9 +122,15 @@ class AssetCollection(BaseModel):
 
 
 class Health(BaseModel):
-    status: Literal["ok"]
-    backend: str = Field(description="The backend's kind and location, without credentials.")
-    version: str
+    """`GET /health`: readiness (`unavailable` with 503 when the store cannot serve);
+    `backend` and `version` are shown to admins only."""
+
+    status: Literal["ok", "unavailable"]
+    detail: str | None = None
+    backend: str | None = Field(
+        None, description="The backend's kind and location, without credentials (admins)."
+    )
+    version: str | None = Field(None, description="taskstate's version (admins).")
 
 
 def utc(epoch: float) -> datetime:

@@ -4,6 +4,7 @@ method and status; and `GET /taskstate/metrics`, the process's totals as Prometh
 
 from __future__ import annotations
 
+import weakref
 from time import perf_counter
 from typing import Annotated
 
@@ -11,9 +12,9 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import PlainTextResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from taskstate.api.auth import Forbidden, OpenAccess, TokenPrincipal
+from taskstate.api.auth import Forbidden
 from taskstate.api.context import AppContext, Caller, context
-from taskstate.metrics import Metrics
+from taskstate.metrics import COUNTER, TIMER, Metrics
 
 # Prometheus text exposition format 0.0.4.
 PROMETHEUS_TEXT = "text/plain; version=0.0.4; charset=utf-8"
@@ -27,10 +28,7 @@ def metrics(
     principal: Caller,
 ) -> PlainTextResponse:
     """This server's call counts and latencies, offload traffic, cleanup and HTTP metrics."""
-    admin = isinstance(principal, OpenAccess) or (
-        isinstance(principal, TokenPrincipal) and principal.claims.admin
-    )
-    if not admin:
+    if not principal.admin:
         raise Forbidden(f"{principal.subject!r} may not read metrics: an admin token is needed")
     return PlainTextResponse(ctx.store.metrics.prometheus_text(), media_type=PROMETHEUS_TEXT)
 
@@ -62,6 +60,31 @@ class RequestMetrics:
             await self.app(scope, receive, observed)
         finally:
             route = getattr(scope.get("route"), "name", None) or "unmatched"
-            tags = (("route", route), ("method", scope["method"]), ("status", str(status)))
-            self.metrics.timing("taskstate.api.request", perf_counter() - start, tags)
-            self.metrics.count(f"taskstate.api.status.{status // 100}xx")
+            record(self.metrics, route, scope["method"], status, perf_counter() - start)
+
+
+def record(metrics: Metrics, route: str, method: str, status: int, seconds: float) -> None:
+    """One request's metrics (`RequestMetrics`' names and tags); the slots of a (route,
+    method, status) are looked up once, not per request."""
+    if not metrics.sinks:
+        return
+    known = _SLOTS.get(metrics)
+    if known is None:
+        known = _SLOTS[metrics] = {}
+    key = (route, method, status)
+    slots = known.get(key)
+    if slots is None:
+        tags = (("route", route), ("method", method), ("status", str(status)))
+        timer = metrics.slot("taskstate.api.request", tags, TIMER)
+        counter = metrics.slot(f"taskstate.api.status.{status // 100}xx", (), COUNTER)
+        slots = known[key] = (timer, counter)
+    timer, counter = slots
+    timer[0] += 1  # as `Metrics.timing` / `count` add (see `Metrics.slot`)
+    timer[1] += seconds
+    counter[0] += 1
+    counter[1] += 1
+
+
+_SLOTS: weakref.WeakKeyDictionary[
+    Metrics, dict[tuple[str, str, int], tuple[list[float], list[float]]]
+] = weakref.WeakKeyDictionary()

@@ -7,7 +7,8 @@ and write all state), so it binds only to loopback then, and says so on start-up
 from __future__ import annotations
 
 import ipaddress
-from typing import TYPE_CHECKING
+import os
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -46,9 +47,48 @@ def standalone_app(store: StateStore, keys: SigningKeys | None) -> ASGIApp:
 
     from taskstate.api.app import BASE_PATH, RefuseControlCharacters, create_app
     from taskstate.api.auth import Auth
+    from taskstate.api.routes_state import StateRoutes
 
-    app = create_app(store, Auth.standalone(keys))
-    return RefuseControlCharacters(Starlette(routes=[Mount(BASE_PATH, app)]))
+    app = create_app(store, Auth.standalone(keys), state_routes=False)
+    mounted = Starlette(routes=[Mount(BASE_PATH, app)])
+    # The state routes first: the hot path skips the mount and FastAPI's middleware stack.
+    state = StateRoutes(mounted, app.state.taskstate, prefix=BASE_PATH)
+    served = RefuseControlCharacters(state)
+    return served if keys is not None else LoopbackHostOnly(served)
+
+
+class LoopbackHostOnly:
+    """An open server answers only requests addressed to loopback by name (`Host`). A web
+    page can point a name it controls at 127.0.0.1 (DNS rebinding) and then read and write
+    through the browser: its requests carry that name, so they are refused (421)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and not _loopback_host(scope):
+            body = (
+                b'{"detail":"this open taskstate server (no secret key) answers only requests '
+                b'addressed to localhost, 127.0.0.1 or [::1]"}'
+            )
+            headers = [(b"content-type", b"application/json"),
+                       (b"content-length", str(len(body)).encode())]  # fmt: skip
+            await send({"type": "http.response.start", "status": 421, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+def _loopback_host(scope: Any) -> bool:
+    host = next((v for k, v in scope["headers"] if k == b"host"), None)
+    if host is None:
+        return False
+    name = host.decode("latin-1").strip().lower()
+    if name.startswith("["):  # [::1]:port
+        name = name[1 : name.find("]")] if "]" in name else name
+    else:
+        name = name.rsplit(":", 1)[0] if name.count(":") == 1 else name
+    return is_loopback(name) or name.endswith(".localhost")
 
 
 @click.command()
@@ -61,8 +101,17 @@ def standalone_app(store: StateStore, keys: SigningKeys | None) -> ASGIApp:
     show_default=True,
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
+@click.option(
+    "--workers",
+    default=1,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="Server processes sharing the port (one per core); each has its own connections.",
+)
 @click.pass_context
-def serve(ctx: click.Context, host: str, port: int, url: str | None, log_level: str) -> None:
+def serve(
+    ctx: click.Context, host: str, port: int, url: str | None, log_level: str, workers: int
+) -> None:
     """Serve the state store over HTTP (Airflow 3.3's state-store routes under /taskstate)."""
     require_server_extra()
     import uvicorn
@@ -87,11 +136,30 @@ def serve(ctx: click.Context, host: str, port: int, url: str | None, log_level: 
         "all state (loopback only)"
     )
     click.echo(f"taskstate serve: http://{host}:{port}/taskstate -> {store!r}; {mode}", err=True)
-    uvicorn.run(
-        standalone_app(store, keys),
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=log_level == "debug",
-        server_header=False,
-    )
+    options: dict[str, Any] = {
+        "host": host, "port": port, "log_level": log_level,
+        "access_log": log_level == "debug", "server_header": False,
+    }  # fmt: skip
+    if workers == 1:
+        uvicorn.run(standalone_app(store, keys), **options)
+        return
+    # Each process imports and builds its own app (`worker_app`), with the same store URL.
+    store.close()
+    chosen = url or getattr(ctx.obj, "url", None)
+    if chosen:
+        os.environ[_URL_ENV] = chosen
+    uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **options)
+
+
+_URL_ENV = "TASKSTATE_SERVE_URL"
+
+
+def worker_app() -> ASGIApp:
+    """The app of one `taskstate serve --workers N` process. Prometheus metrics are this
+    process's own."""
+    from taskstate.api.tokens import SigningKeys
+    from taskstate.metrics import configured
+    from taskstate.store import StateStore
+
+    store = StateStore(os.environ.get(_URL_ENV) or None, metrics=configured(prometheus=True))
+    return standalone_app(store, SigningKeys.load())

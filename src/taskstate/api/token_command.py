@@ -47,6 +47,13 @@ def create(
     require_server_extra()
     from taskstate.api.tokens import Claims, SigningKeys, parse_duration
 
+    # An empty value is an unset shell variable, not a name: every server would refuse it.
+    for option, values in (("--dag-id", dag_ids), ("--asset", assets)):
+        if any(not value.strip() for value in values):
+            raise click.UsageError(f"{option} is empty (an unset shell variable?)")
+    for option, value in (("--run-id", run_id), ("--task-id", task_id), ("--subject", subject)):
+        if value is not None and not value.strip():
+            raise click.UsageError(f"{option} is empty (an unset shell variable?)")
     if not (dag_ids or assets or admin):
         raise click.UsageError("name what the token may touch: --dag-id, --asset or --admin")
     if (run_id or task_id or map_index is not None or try_number is not None) and not dag_ids:

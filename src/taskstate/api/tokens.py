@@ -121,6 +121,7 @@ class SigningKeys:
                 )
         self._by_kid = {key_id(s): s for s in secrets}
         self._signing = secrets[0]
+        self._verified: dict[str, Claims] = {}  # token -> its claims, once its signature held
 
     @classmethod
     def parse(cls, raw: str) -> SigningKeys:
@@ -137,6 +138,14 @@ class SigningKeys:
         return jwt.encode(
             payload, self._signing, algorithm=ALGORITHM, headers={"kid": key_id(self._signing)}
         )
+
+    def verified(self, token: str, now: float | None = None) -> Claims | None:
+        """The claims of a token `verify` accepted before (its expiry checked again), else
+        None."""
+        claims = self._verified.get(token)
+        if claims is not None:
+            _check_expiry(claims, now)
+        return claims
 
     def verify(self, token: str, now: float | None = None) -> Claims:
         """The token's claims; `InvalidTokenError` saying why when it is not acceptable."""
@@ -161,11 +170,21 @@ class SigningKeys:
         except jwt.PyJWTError as exc:
             raise InvalidTokenError(f"the bearer token is not valid: {exc}") from None
         claims = Claims.from_payload(payload)
-        # Expiry checked here against our clock so tests and servers agree on "now".
-        current = time.time() if now is None else now
-        if claims.expires_at is not None and claims.expires_at <= current:
-            raise InvalidTokenError("the bearer token has expired; create a new one")
+        _check_expiry(claims, now)
+        if len(self._verified) >= _VERIFIED_MAX:  # bounded: forget all, re-verify on use
+            self._verified.clear()
+        self._verified[token] = claims
         return claims
+
+
+_VERIFIED_MAX = 4096
+
+
+def _check_expiry(claims: Claims, now: float | None) -> None:
+    # Checked here against our clock (not PyJWT's) so tests and servers agree on "now".
+    current = time.time() if now is None else now
+    if claims.expires_at is not None and claims.expires_at <= current:
+        raise InvalidTokenError("the bearer token has expired; create a new one")
 
 
 def parse_duration(text: str) -> float | None:

@@ -11,12 +11,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import re
+import warnings
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple, TypeVar
+from typing import NamedTuple, Protocol, TypeVar
 
-from taskstate.errors import BackendError
+from taskstate.errors import BackendError, ConfigError
 from taskstate.redaction import redact_url
 from taskstate.scope import SEP
 
@@ -106,6 +107,13 @@ class StateBackend(ABC):
     def delete(self, namespace: str, key: str) -> None:
         """No-op when the key is absent."""
 
+    def delete_if(self, namespace: str, key: str, version: Entry) -> bool:
+        """Delete `key` only while its row is still `version` (as `get` returned it: value,
+        expiry, writer and write time); True if it went. The HTTP API's DELETE with If-Match."""
+        raise ConfigError(
+            f"{type(self).__name__} cannot delete conditionally; serve from the database itself"
+        )
+
     @abstractmethod
     def clear(self, namespace: str) -> int:
         """Delete every key of one namespace; returns how many rows went."""
@@ -181,6 +189,12 @@ class StateBackend(ABC):
             and _live(row, now)
         )
         return sum(1 for _ in itertools.islice(found, cap))
+
+    def counts(
+        self, prefixes: list[str], now: float, *, exact: bool = False, cap: int | None = None
+    ) -> list[int]:
+        """`count` of each of `prefixes`, in order (a backend with round trips: in one)."""
+        return [self.count(prefix, now, exact=exact, cap=cap) for prefix in prefixes]
 
     def groups(
         self, prefix: str, now: float, *, whole: bool = False, start: str = "", like: str = ""
@@ -304,7 +318,39 @@ class WorkerStateBackend(ABC):
     def committed(self, namespace: str, key: str, ref: str) -> None:
         """The row holding `ref` is committed (after `set`): a chance to drop older objects."""
 
+    def sweep_orphans(self, live: LiveRefs, *, dry_run: bool = False) -> int:
+        """`StateStore.cleanup`: remove objects that no live row references (past a grace
+        period for writes in flight); returns how many (a dry run: would remove). List the
+        objects a batch at a time and ask `live.among(batch)` which of them are referenced,
+        so memory is bounded by the batch, not by the number of rows or objects.
+
+        Default: a backend written for the older interface, `sweep(live_refs)`, gets every
+        live reference in one set (memory grows with them; a DeprecationWarning says so);
+        a backend with neither has nothing to sweep."""
+        if type(self).sweep is WorkerStateBackend.sweep:
+            return 0
+        warnings.warn(
+            f"{type(self).__name__}.sweep(live_refs) holds every live reference in memory; "
+            "implement sweep_orphans(live, dry_run=...) instead (see WorkerStateBackend)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.sweep(set(live), dry_run=dry_run)
+
     def sweep(self, live_refs: set[str], *, dry_run: bool = False) -> int:
-        """`StateStore.cleanup`: remove objects that no live reference names (past a grace
-        period for writes in flight); returns how many. Default: nothing to sweep."""
+        """Deprecated (the set grows with the store): implement `sweep_orphans`. Still called,
+        with every live reference, for a third-party backend that only overrides this."""
         return 0
+
+
+class LiveRefs(Protocol):
+    """The offload references live rows hold, as `StateStore.cleanup` hands them to
+    `WorkerStateBackend.sweep_orphans`."""
+
+    def among(self, refs: Sequence[str]) -> set[str]:
+        """Which of `refs` a live row references."""
+        ...
+
+    def __iter__(self) -> Iterator[str]:
+        """Every live reference, streamed (for `sweep(live_refs)` backends)."""
+        ...

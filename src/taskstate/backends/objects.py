@@ -10,6 +10,7 @@ import json
 import math
 import time
 import uuid
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -98,6 +99,26 @@ class ObjectFiles:
             return []
         now = time.time()
         return [(path.rstrip("/"), _modified(info, now)) for path, info in found.items()]
+
+    def _object_batches(self, under: str, size: int) -> Iterator[list[tuple[str, float]]]:
+        """`_objects`, listed a directory at a time and handed out `size` at a time: memory
+        grows with the batch (and the largest directory, one key's objects), not with the
+        number of objects."""
+        with contextlib.suppress(AttributeError):
+            self.fs.invalidate_cache(under)
+        batch: list[tuple[str, float]] = []
+        now = time.time()
+        try:
+            for _, _, files in self.fs.walk(under, detail=True):
+                for info in files.values():
+                    batch.append((info["name"].rstrip("/"), _modified(info, now)))
+                    if len(batch) >= size:
+                        yield batch
+                        batch = []
+        except FileNotFoundError:
+            pass
+        if batch:
+            yield batch
 
     def _remove_paths(self, paths: list[str]) -> None:
         """Remove objects; one already gone (another cleaner got there first) is fine."""

@@ -20,14 +20,16 @@ from __future__ import annotations
 import re
 import time
 import uuid
+from collections.abc import Iterator, Sequence
 from typing import Any
 
-from taskstate.backends.base import WorkerStateBackend
+from taskstate.backends.base import LiveRefs, WorkerStateBackend
 from taskstate.backends.objects import COMPRESSIONS, ObjectFiles, digest, parse_storage_options
 from taskstate.errors import BackendError, ConfigError, OffloadedValueMissingError
 from taskstate.redaction import redact_url
 from taskstate.settings import Settings
 
+SWEEP_BATCH = 1000  # objects listed, checked and removed at a time by `sweep_orphans`
 # The nonce is absent from references written before schema 2 (content-addressed only).
 _REF = re.compile(r"[0-9a-f]{32}/[0-9a-f]{32}/[0-9a-f]{32}(-[0-9a-f]{16})?")
 
@@ -118,13 +120,36 @@ class OffloadBackend(WorkerStateBackend, ObjectFiles):
     # -- sweeping -------------------------------------------------------------------------------
 
     def sweep(self, live_refs: set[str], *, dry_run: bool = False) -> int:
-        """Remove objects no live reference names, older than the grace period; returns how many."""
+        """The former interface, for a caller that holds the references in a set."""
+        return self.sweep_orphans(_Refs(live_refs), dry_run=dry_run)
+
+    def sweep_orphans(
+        self, live: LiveRefs, *, dry_run: bool = False, batch_size: int = SWEEP_BATCH
+    ) -> int:
+        """Remove objects no live row references, older than the grace period; returns how
+        many. Objects are listed `batch_size` at a time and checked against the database's
+        references batch by batch: memory is bounded by the batch."""
         cutoff = time.time() - self.keep_versions_s
-        orphans = [
-            path
-            for path, modified in self._objects(self.root)
-            if modified <= cutoff and path[len(self.root) + 1 :] not in live_refs
-        ]
-        if not dry_run:
-            self._remove_paths(orphans)
-        return len(orphans)
+        start = len(self.root) + 1
+        removed = 0
+        for batch in self._object_batches(self.root, batch_size):
+            old = [path for path, modified in batch if modified <= cutoff]
+            referenced = live.among([path[start:] for path in old])
+            orphans = [path for path in old if path[start:] not in referenced]
+            if not dry_run:
+                self._remove_paths(orphans)
+            removed += len(orphans)
+        return removed
+
+
+class _Refs:
+    """`LiveRefs` over a set."""
+
+    def __init__(self, refs: set[str]) -> None:
+        self.refs = refs
+
+    def among(self, refs: Sequence[str]) -> set[str]:
+        return self.refs.intersection(refs)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.refs)

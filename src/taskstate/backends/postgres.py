@@ -146,6 +146,10 @@ _UPDATE_XID = (
 )
 _XACT_STATUS = "SELECT txid_status(%s)"
 _DELETE = f"DELETE FROM {TABLE} WHERE {_KEY}"
+_DELETE_IF = (
+    _DELETE + " AND value = %s AND expires_at IS NOT DISTINCT FROM %s"
+    " AND updated_by IS NOT DISTINCT FROM %s AND updated_at = %s"
+)
 _CLEAR = f"DELETE FROM {TABLE} WHERE namespace_md5 = md5(%s)::uuid"
 # Namespaces in [lo, hi): the truncated bounds let the order index narrow the range (cutting
 # both sides of a comparison to 200 characters keeps it true in byte order).
@@ -176,6 +180,17 @@ _ROWS = f"{_SCAN_COLUMNS} WHERE {_IN_NAMESPACE} ORDER BY key LIMIT %(limit)s OFF
 _COUNT_IN = f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_IN_NAMESPACE} LIMIT %(cap)s) c"
 _COUNT_RANGE = (
     f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_RANGE} AND {_LIVE} LIMIT %(cap)s) c"
+)
+# Discovery's key counts of one page, in one round trip: a bounded count per namespace or range.
+_EACH = "FROM unnest(%(a)s::text[], %(b)s::text[]) WITH ORDINALITY AS p(lo, hi, i) ORDER BY p.i"
+_COUNT_EACH_IN = (
+    f"SELECT (SELECT count(*) FROM (SELECT FROM {TABLE} WHERE namespace_md5 = md5(p.lo)::uuid "
+    f"AND {_LIVE} LIMIT %(cap)s) c) {_EACH}"
+)
+_COUNT_EACH_RANGE = (
+    f"SELECT (SELECT count(*) FROM (SELECT FROM {TABLE} WHERE "
+    "left(namespace, 200) >= left(p.lo, 200) AND left(namespace, 200) <= left(p.hi, 200) "
+    f"AND namespace >= p.lo AND namespace < p.hi AND {_LIVE} LIMIT %(cap)s) c) {_EACH}"
 )
 # Discovery: a skip scan over the order index, one seek per distinct field: the first live row
 # at or past `at`, then past its field (the namespace with the field's end bumped from the
@@ -253,6 +268,7 @@ _BAD_ESCAPE = re.compile(r"%(?![0-9A-Fa-f]{2})")
 # Our own URL parameter (taken out before libpq, which refuses unknown ones): server-side
 # prepared statements on every connection, on none, or where they are safe (the default).
 _PREPARE_MODES: dict[str, bool | None] = {"auto": None, "on": True, "off": False}
+_PSYCOPG_PREPARE_THRESHOLD = 5  # psycopg's default
 # Pools inherited through fork(): kept referenced so that garbage collection in the child never
 # closes them (closing would end the parent's sessions on the shared sockets).
 _INHERITED: list[ConnectionPool[Any]] = []
@@ -331,11 +347,9 @@ def _is_transient(exc: BaseException) -> bool:
 
 class _Connection(psycopg.Connection[Any]):
     """A pooled connection that keeps one cursor for the hot path: a fresh cursor per call
-    costs as much CPU as the rest of our layer. A connection serves one thread at a time.
-    `prepare`: whether its hot statements are prepared on the server (set by `_configure`)."""
+    costs as much CPU as the rest of our layer. A connection serves one thread at a time."""
 
     _hot: psycopg.Cursor[Any] | None = None
-    prepare = False
 
     def hot(self) -> psycopg.Cursor[Any]:
         cursor = self._hot
@@ -380,8 +394,10 @@ class PostgresBackend(StateBackend):
 
     def _connect_kwargs(self) -> dict[str, Any]:
         given = psycopg.conninfo.conninfo_to_dict(self._conninfo)
-        # prepare_threshold=None: psycopg would otherwise prepare any statement on its fifth
-        # use, which breaks behind a transaction-pooling PgBouncer; `_configure` decides.
+        # prepare_threshold=None: no server-side prepared statement at all, not even the hot
+        # statements' `prepare=True` (psycopg would otherwise also prepare any statement on its
+        # fifth use); that breaks behind a transaction-pooling PgBouncer. `_configure` turns
+        # them back on for pooled connections where they are safe.
         kwargs: dict[str, Any] = {"autocommit": True, "prepare_threshold": None}
         if "connect_timeout" not in given:
             kwargs["connect_timeout"] = max(1, round(self._connect_timeout_s))
@@ -410,7 +426,11 @@ class PostgresBackend(StateBackend):
                     # Not a bound method: the pool must not keep the backend alive (its
                     # finaliser closes the pool).
                     configure=functools.partial(_configure, mode=self._prepare_mode),
-                    min_size=1,
+                    # Connections only on demand: with min_size=1 the pool grows a second one
+                    # whenever a caller waits for the first (at start, after an outage), so a
+                    # single-threaded task held two. Now it holds exactly the ones it uses at
+                    # once, and closes one left unused for max_idle (10 min).
+                    min_size=0,
                     max_size=self._pool_size,
                     timeout=self._connect_timeout_s,
                     num_workers=1,
@@ -500,7 +520,7 @@ class PostgresBackend(StateBackend):
     def get(self, namespace: str, key: str) -> Entry | None:
         def op(conn: _Connection) -> Entry | None:
             cursor = conn.hot()
-            cursor.execute(_GET, (namespace, key), prepare=conn.prepare)
+            cursor.execute(_GET, (namespace, key), prepare=True)
             row = cursor.fetchone()
             return None if row is None else Entry(*row)
 
@@ -516,15 +536,18 @@ class PostgresBackend(StateBackend):
         updated_by: str | None = None,
     ) -> None:
         params = (namespace, key, value, expires_at, now, updated_by)
-        self._run(lambda conn: conn.hot().execute(_SET, params, prepare=conn.prepare))
+        self._run(lambda conn: conn.hot().execute(_SET, params, prepare=True))
 
     def delete(self, namespace: str, key: str) -> None:
-        self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=conn.prepare))
+        self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=True))
+
+    def delete_if(self, namespace: str, key: str, version: Entry) -> bool:
+        params = (namespace, key, version.value, version.expires_at, version.updated_by,
+                  version.updated_at)  # fmt: skip
+        return bool(self._run(lambda conn: conn.execute(_DELETE_IF, params).rowcount))
 
     def clear(self, namespace: str) -> int:
-        return self._run(
-            lambda conn: conn.execute(_CLEAR, (namespace,), prepare=conn.prepare).rowcount
-        )
+        return self._run(lambda conn: conn.execute(_CLEAR, (namespace,), prepare=True).rowcount)
 
     def clear_prefix(self, prefix: str) -> int:
         if not prefix:
@@ -544,7 +567,7 @@ class PostgresBackend(StateBackend):
                 xid = None
                 try:
                     with conn.transaction():
-                        row = conn.execute(_LOCK, (namespace, key), prepare=conn.prepare).fetchone()
+                        row = conn.execute(_LOCK, (namespace, key), prepare=True).fetchone()
                         new, result = fn(None if row is None else Entry(*row))
                         if new is None:
                             return result
@@ -553,7 +576,7 @@ class PostgresBackend(StateBackend):
                             query, params = _UPDATE_XID, [*stored, namespace, key]
                         else:
                             query, params = _CREATE_XID, [namespace, key, *stored]
-                        written = conn.execute(query, params, prepare=conn.prepare)
+                        written = conn.execute(query, params, prepare=True)
                         got = written.fetchone()
                         if got is None:
                             continue  # created concurrently: start over and lock that row
@@ -626,9 +649,9 @@ class PostgresBackend(StateBackend):
     def _scan_page(conn: _Connection, prefix: str, after: tuple[str, str]) -> list[Any]:
         params = {"ns": after[0], "key": after[1], "limit": _SCAN_PAGE_SIZE}
         if not prefix:
-            return conn.execute(_SCAN_PAGE, params, prepare=conn.prepare).fetchall()
+            return conn.execute(_SCAN_PAGE, params, prepare=True).fetchall()
         params.update(lo=prefix, hi=prefix_upper_bound(prefix))
-        return conn.execute(_SCAN_RANGE_PAGE, params, prepare=conn.prepare).fetchall()
+        return conn.execute(_SCAN_RANGE_PAGE, params, prepare=True).fetchall()
 
     def rows(
         self, namespace: str, now: float, *, key_prefix: str = "", limit: int = -1, offset: int = 0
@@ -666,6 +689,21 @@ class PostgresBackend(StateBackend):
 
         return self._run(op)
 
+    def counts(
+        self, prefixes: list[str], now: float, *, exact: bool = False, cap: int | None = None
+    ) -> list[int]:
+        if not prefixes:
+            return []
+        params = {
+            "a": prefixes,
+            "b": [None if exact else prefix_upper_bound(p) if p else _TOP for p in prefixes],
+            "now": now,
+            "cap": cap,
+        }
+        sql = _COUNT_EACH_IN if exact else _COUNT_EACH_RANGE
+        found = self._run(lambda conn: conn.execute(sql, params).fetchall())
+        return [int(row[0]) for row in found]
+
     def groups(
         self, prefix: str, now: float, *, whole: bool = False, start: str = "", like: str = ""
     ) -> list[str]:
@@ -692,7 +730,7 @@ class PostgresBackend(StateBackend):
             return self._run(lambda conn: conn.execute(_DELETE_EXPIRED, (now,)).rowcount)
         params = (now, limit, now)
         return self._run(
-            lambda conn: conn.execute(_DELETE_EXPIRED_BATCH, params, prepare=conn.prepare).rowcount
+            lambda conn: conn.execute(_DELETE_EXPIRED_BATCH, params, prepare=True).rowcount
         )
 
     # -- schema ---------------------------------------------------------------------------------
@@ -705,17 +743,22 @@ class PostgresBackend(StateBackend):
         # The schema may not exist yet, so this cannot go through the pool (whose first
         # connection checks it). Each step is one transaction (a retry is always safe), except
         # an online index build, which runs between them on its own and is idempotent.
-        while (online := self._direct(functools.partial(self._migrate_step, applied))) is not None:
-            self._direct(
-                functools.partial(_build_index, index=_ONLINE[online], sql=MIGRATIONS[online - 1])
+        while True:
+            done, online = self._direct(self._migrate_step)
+            applied += done
+            if online is None:
+                return applied
+            build = functools.partial(
+                _build_index, index=_ONLINE[online], sql=MIGRATIONS[online - 1]
             )
-        return applied
+            self._direct(build)
 
-    def _migrate_step(self, applied: list[int], conn: psycopg.Connection[Any]) -> int | None:
+    def _migrate_step(self, conn: psycopg.Connection[Any]) -> tuple[list[int], int | None]:
         """Under the migration lock (transaction-level: nothing outlives the transaction, so
         this works through PgBouncer's transaction pooling): apply and record pending versions
-        up to the first online one whose index is not built yet; return that version, or None
-        when the schema is current."""
+        up to the first online one whose index is not built yet. Returns the versions applied
+        and that online version (None: the schema is current)."""
+        applied: list[int] = []
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute(_CREATE_VERSION_TABLE)
@@ -728,12 +771,12 @@ class PostgresBackend(StateBackend):
             for version in range(current + 1, len(MIGRATIONS) + 1):
                 if version in _ONLINE:
                     if _index_state(conn, _ONLINE[version]) != "valid":
-                        return version
+                        return applied, version
                 else:
                     conn.execute(MIGRATIONS[version - 1])
                 conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (version,))
                 applied.append(version)
-        return None
+        return applied, None
 
     def _direct(self, op: Callable[[psycopg.Connection[Any]], T]) -> T:
         """One short-lived connection outside the pool, with the same retries."""
@@ -753,8 +796,10 @@ class PostgresBackend(StateBackend):
 
 
 def _configure(conn: _Connection, mode: bool | None) -> None:
-    """Each new pooled connection: prepare its hot statements as `?prepare=` says, or if safe."""
-    conn.prepare = mode if mode is not None else _prepares(conn)
+    """Each new pooled connection: server-side prepared statements (psycopg's default: the hot
+    statements at once, any other on its fifth use) as `?prepare=` says, or where safe."""
+    if mode if mode is not None else _prepares(conn):
+        conn.prepare_threshold = _PSYCOPG_PREPARE_THRESHOLD
 
 
 def _prepares(conn: psycopg.Connection[Any]) -> bool:

@@ -84,6 +84,7 @@ _SET = (
 )
 _CREATE = _SET.partition(" ON CONFLICT")[0] + " ON CONFLICT (namespace, key) DO NOTHING"
 _DELETE = f"DELETE FROM {TABLE} WHERE namespace = ? AND key = ?"
+_DELETE_IF = _DELETE + " AND value = ? AND expires_at IS ? AND updated_by IS ? AND updated_at = ?"
 _CLEAR = f"DELETE FROM {TABLE} WHERE namespace = ?"
 _CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE namespace >= ? AND namespace < ?"
 _COLUMNS = "namespace, key, value, expires_at, updated_at, updated_by"
@@ -394,6 +395,11 @@ class SQLiteBackend(StateBackend):
     @_typed_errors
     def delete(self, namespace: str, key: str) -> None:
         self._conn().execute(_DELETE, (namespace, key))
+
+    @_typed_errors
+    def delete_if(self, namespace: str, key: str, version: Entry) -> bool:
+        params = (namespace, key, version.value, version.expires_at, version.updated_by)
+        return self._conn().execute(_DELETE_IF, (*params, version.updated_at)).rowcount > 0
 
     @_typed_errors
     def clear(self, namespace: str) -> int:

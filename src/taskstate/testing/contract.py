@@ -79,6 +79,18 @@ class BackendContract:
         backend.delete(NS, "k")
         assert backend.get(NS, "k") is None
 
+    def test_delete_if_removes_only_the_version_read(self, backend: StateBackend) -> None:
+        writer = '{"kind":"api","subject":"a"}'
+        backend.set(NS, "k", "1", NOW + 9, NOW, writer)
+        first = backend.get(NS, "k")
+        assert first is not None
+        backend.set(NS, "k", "1", NOW + 9, NOW + 1, writer)  # same value, a later write
+        assert not backend.delete_if(NS, "k", first)
+        second = backend.get(NS, "k")
+        assert second is not None and backend.delete_if(NS, "k", second)
+        assert backend.get(NS, "k") is None
+        assert not backend.delete_if(NS, "k", second)  # gone: nothing to delete
+
     @pytest.mark.parametrize("key", [".", "..", "a/b", "%2F", "/", "ключ", "a b", "*", "%", "_"])
     def test_keys_are_data_not_paths_or_patterns(self, backend: StateBackend, key: str) -> None:
         backend.set(NS, "other", "0", None, NOW)
@@ -124,6 +136,8 @@ class BackendContract:
         assert backend.count(NS_1, later, exact=True) == 1
         assert backend.count(task_prefix("dag"), later) == 6
         assert backend.count(task_prefix("dag"), later, cap=3) == 3
+        assert backend.counts([NS_1, NS, task_prefix("x")], later, exact=True) == [1, 4, 0]
+        assert backend.counts([task_prefix("dag"), NS_1], later, cap=5) == [5, 2]
 
     def test_groups_are_the_distinct_fields_of_live_namespaces(self, backend: StateBackend) -> None:
         for dag, run, task, index in [

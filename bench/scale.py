@@ -1,0 +1,356 @@
+"""Point reads, listings, discovery, cleanup and migration at the size of a real Airflow estate,
+on SQLite and PostgreSQL (issue 22). Not in CI; starts its own PostgreSQL server.
+
+Stores are built with bulk SQL (SQLite `executemany` in 100,000-row transactions, PostgreSQL
+`COPY`), never through accessors, and kept as templates (a file copy / `CREATE DATABASE ...
+TEMPLATE`), so destructive runs (cleanup, migration) start from a fresh copy. Every store has the
+same shape: DAGs of 20 runs x 50 task instances (the last 10 are map indices 0-9 of one mapped
+task) x 3 keys; 10% of rows expired; 1% of rows hold offload references (with their objects);
+one 20,000-key task instance and one 1-key task instance; 200 assets.
+
+Measured, sides interleaved in one process, with the load average printed:
+- get / set / entry p50 on each store, as ratios to the smallest;
+- the first page (50) of the 20,000-key task instance against the 1-key one, same store;
+- discovery first pages (DAGs, a DAG's runs, a run's task instances, assets), against a store
+  holding one task instance;
+- cleanup of the expired rows while a writer process sets task state: its worst `set`;
+- peak RSS of `taskstate clean` with offloading (a subprocess; ru_maxrss);
+- PostgreSQL: the online migration (schema 4's index built CONCURRENTLY) on the largest store
+  while a writer runs: its worst `set`.
+
+    .venv/bin/python bench/scale.py [--sizes 10000,1000000] [--backends sqlite,postgres]
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing as mp
+import os
+import random
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from multiprocessing.connection import Connection
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import psycopg
+from record import meta, save
+from tests.expired_rows import load_rows
+from tests.postgres_server import running_server
+
+from taskstate import AssetScope, StateStore, TaskScope
+from taskstate.backends import postgres as pg
+from taskstate.backends import sqlite as lite
+from taskstate.backends.objects import digest
+from taskstate.settings import Settings
+from taskstate.stored import REF_PREFIX
+
+NOW = time.time()
+RUNS, TIS, KEYS = 20, 50, 3  # per DAG, per run, per task instance
+BIG = TaskScope("big_dag", "run", "big_task")
+SMALL = TaskScope("big_dag", "run", "small_task")
+BIG_KEYS = 20_000
+
+
+def scope_of(i: int) -> tuple[TaskScope, str]:
+    """Row i of the generic rows: its scope and key (so keys are sampled without a list)."""
+    ti, k = divmod(i, KEYS)
+    dag, rest = divmod(ti, RUNS * TIS)
+    run, t = divmod(rest, TIS)
+    scope = (
+        TaskScope(f"dag_{dag:05}", f"scheduled__{run:03}", f"task_{t:02}")
+        if t < TIS - 10
+        else TaskScope(f"dag_{dag:05}", f"scheduled__{run:03}", "mapped", t - (TIS - 10))
+    )
+    return scope, f"key_{k}"
+
+
+def rows(n: int, objects: Path | None) -> Iterator[tuple[str, str, str, float | None, float]]:
+    for i in range(n):
+        scope, key = scope_of(i)
+        value = '{"offset": 12345, "note": "a typical small value"}'
+        if i % 100 == 50 and objects is not None:  # 1%: an offloaded value
+            ref = f"{digest(scope.namespace)}/{digest(key)}/{digest(value)}-{uuid.uuid4().hex[:16]}"
+            path = objects / ref
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(value)
+            value = REF_PREFIX + ref
+        expires = NOW - 60 if i % 10 == 7 else NOW + 30 * 86400
+        yield scope.namespace, key, value, expires, NOW - 60
+    for k in range(BIG_KEYS):
+        yield BIG.namespace, f"key_{k:05}", "1", NOW + 86400, NOW - 60
+    yield SMALL.namespace, "key_0", "1", NOW + 86400, NOW - 60
+    for a in range(200):
+        yield AssetScope(name=f"asset_{a:03}").namespace, "watermark", "1", None, NOW - 60
+
+
+def build_sqlite(path: Path, n: int, objects: Path | None) -> float:
+    started = time.perf_counter()
+    url = f"sqlite:///{path}"
+    lite.SQLiteBackend(url).schema_status()  # creates the schema
+    load_rows(url, rows(n, objects))  # executemany in 100,000-row transactions
+    return time.perf_counter() - started
+
+
+def build_postgres(url: str, n: int, objects: Path | None) -> float:
+    started = time.perf_counter()
+    pg.PostgresBackend(url).migrate()
+    load_rows(url, rows(n, objects))  # COPY
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"VACUUM ANALYZE {pg.TABLE}")
+    return time.perf_counter() - started
+
+
+def p50(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def worst(values: list[float]) -> float:
+    return max(values) if values else float("nan")
+
+
+def timed(fn: Callable[[], object], times: list[float]) -> None:
+    t0 = time.perf_counter()
+    fn()
+    times.append(time.perf_counter() - t0)
+
+
+def point_ops(stores: dict[str, tuple[StateStore, int]], rounds: int) -> dict[str, Any]:
+    """get/set/entry p50 per store, interleaved: each round runs 50 of each on every store."""
+    times: dict[tuple[str, str], list[float]] = {}
+    rng = random.Random(7)
+    for _ in range(rounds):
+        for name, (store, n) in stores.items():
+            for op in ("get", "set", "entry"):
+                for _ in range(50):
+                    i = rng.randrange(n)
+                    i -= i % 100 == 50  # not an offloaded row (no worker backend here)
+                    scope, key = scope_of(i)
+                    state = store.task_state(scope)
+                    fn: Callable[[], object] = {
+                        "get": lambda s=state, k=key: s.get(k),
+                        "set": lambda s=state, k=key: s.set(k, {"offset": 1}),
+                        "entry": lambda s=state, k=key: s.entry(k),
+                    }[op]
+                    timed(fn, times.setdefault((name, op), []))
+    return {f"{name} {op}": p50(t) * 1000 for (name, op), t in times.items()}
+
+
+def pages(store: StateStore, rounds: int) -> dict[str, float]:
+    """First page of the 20,000-key task instance against the 1-key one, interleaved."""
+    big, small = store.task_state(BIG), store.task_state(SMALL)
+    tb: list[float] = []
+    ts: list[float] = []
+    for _ in range(rounds):
+        timed(lambda: big.page(limit=50), tb)
+        timed(lambda: small.page(limit=50), ts)
+    return {"20000-key first page ms": p50(tb) * 1000, "1-key first page ms": p50(ts) * 1000}
+
+
+def discovery(stores: dict[str, StateStore], rounds: int) -> dict[str, float]:
+    """Discovery first pages (what the API's routes call), interleaved across stores."""
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(rounds):
+        for name, store in stores.items():
+            d = store.discovery()
+            dag = d.dags(limit=50).items[-1][0]  # a generic DAG where there are any
+            run = d.runs(dag, limit=50).items[0][0]
+            for what, fn in (
+                ("dags", lambda d=d: d.dags(limit=50)),
+                ("runs", lambda d=d, dag=dag: d.runs(dag, limit=50)),
+                ("task instances", lambda d=d, g=dag, r=run: d.task_instances(g, r, limit=50)),
+                ("assets", lambda d=d: d.assets(limit=50)),
+            ):
+                timed(fn, times.setdefault((name, what), []))
+    return {f"{name} {what} ms": p50(t) * 1000 for (name, what), t in times.items()}
+
+
+def writer(url: str, ready: Event, stop: Event, out: Connection) -> None:
+    """Set task state in a loop until told to stop; send (wall-clock start, latency) of each."""
+    samples: list[tuple[float, float]] = []
+    with StateStore(url, settings=Settings()) as store:
+        state = store.task_state(TaskScope("writer_dag", "run", "task"))
+        state.set("first", 0)  # connected (and the schema checked) before `ready`
+        ready.set()
+        i = 0
+        while not stop.is_set():
+            at, t0 = time.time(), time.perf_counter()
+            state.set(f"k{i % 100}", {"i": i})
+            samples.append((at, time.perf_counter() - t0))
+            i += 1
+    out.send(samples)
+
+
+def while_writing(
+    url: str, work: Callable[[], object], prepare: Callable[[], object] = lambda: None
+) -> tuple[float, float, float]:
+    """Run `work` while a writer process sets task state (`prepare` first, outside the
+    window): (work s, the writer's worst and p50 set ms among the sets started during it)."""
+    ctx = mp.get_context("spawn")
+    ready, stop, (receive, send) = ctx.Event(), ctx.Event(), ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=writer, args=(url, ready, stop, send))
+    proc.start()
+    if not ready.wait(120):
+        proc.kill()
+        raise RuntimeError("the writer process did not start")
+    time.sleep(1.0)
+    prepare()
+    time.sleep(0.5)
+    begin, t0 = time.time(), time.perf_counter()
+    work()
+    took, end = time.perf_counter() - t0, time.time()
+    time.sleep(0.5)
+    stop.set()
+    samples = receive.recv()
+    proc.join()
+    during = [latency for at, latency in samples if begin <= at <= end]
+    return took, worst(during) * 1000, p50(during) * 1000
+
+
+def clean_rss(url: str, objects: Path) -> tuple[float, str]:
+    """Peak RSS (MB) of `taskstate clean` with offloading, as a subprocess."""
+    env = {
+        **os.environ,
+        "AIRFLOW__WORKERS__STATE_STORE_BACKEND": "taskstate.backends.offload.OffloadBackend",
+        "AIRFLOW__STATE_STORE__TASKSTATE_OFFLOAD_URL": f"file://{objects}",
+    }
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", url, "clean", "--json"],
+        env=env, capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return max(before, after) / 1024, proc.stdout.strip() or proc.stderr.strip()[-300:]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", default="10000,1000000")
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    started = meta()
+    print(f"load average at start: {os.getloadavg()}", flush=True)
+    figures: dict[str, Any] = {"sizes": sizes, "shape": f"{RUNS} runs x {TIS} TIs x {KEYS} keys"}
+    work = Path(tempfile.mkdtemp(prefix="taskstate-scale-"))
+    try:
+        for kind in args.backends.split(","):
+            figures[kind] = run(kind, sizes, work, args.rounds)
+            print(figures[kind], flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    figures["load_end"] = os.getloadavg()
+    save("scale", figures, command=" ".join(sys.argv), started=started)
+
+
+def run(kind: str, sizes: list[int], work: Path, rounds: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    server_cm = running_server() if kind == "postgres" else None
+    server = server_cm.__enter__() if server_cm else None
+    try:
+        urls: dict[str, str] = {}
+        templates: dict[str, str] = {}
+        largest = max(sizes)
+        objects = work / f"{kind}-objects"
+        for n in [0, *sizes]:
+            name = f"s{n}"
+            if kind == "sqlite":
+                path = work / f"{name}.db"
+                took = build_sqlite(path, n, objects if n == largest else None)
+                templates[name] = str(path)
+                urls[name] = f"sqlite:///{path}"
+            else:
+                assert server is not None
+                with psycopg.connect(server.url, autocommit=True) as admin:
+                    admin.execute(f"CREATE DATABASE {name}")
+                urls[name] = server.url.rsplit("/", 1)[0] + "/" + name
+                templates[name] = name
+                took = build_postgres(urls[name], n, objects if n == largest else None)
+            total = n + BIG_KEYS + 1 + 200
+            out[f"build {name} ({total} rows) s"] = round(took, 1)
+            print(f"{kind}: built {name}: {total} rows in {took:.1f}s", flush=True)
+
+        def copy(name: str) -> str:
+            """A fresh copy of a template store; its URL."""
+            fresh = f"{name}_copy_{uuid.uuid4().hex[:6]}"
+            if kind == "sqlite":
+                target = work / f"{fresh}.db"
+                shutil.copyfile(templates[name], target)
+                return f"sqlite:///{target}"
+            assert server is not None
+            with psycopg.connect(server.url, autocommit=True) as admin:
+                admin.execute(f"CREATE DATABASE {fresh} TEMPLATE {templates[name]}")
+            return server.url.rsplit("/", 1)[0] + "/" + fresh
+
+        stores = {
+            f"s{n}": StateStore(copy(f"s{n}"), settings=Settings(), clock=lambda: NOW)
+            for n in sizes
+        }
+        tiny = StateStore(copy("s0"), settings=Settings(), clock=lambda: NOW)
+        ops = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, rounds)
+        smallest = f"s{min(sizes)}"
+        for key, value in ops.items():
+            name, op = key.split(" ")
+            out[f"{op} p50 ms {name}"] = round(value, 3)
+            out[f"{op} p50 ratio {name}/{smallest}"] = round(value / ops[f"{smallest} {op}"], 2)
+        big = stores[f"s{largest}"]
+        pg_ = pages(big, rounds * 20)
+        out.update({k: round(v, 3) for k, v in pg_.items()})
+        out["first page ratio 20000-key/1-key"] = round(
+            pg_["20000-key first page ms"] / pg_["1-key first page ms"], 2
+        )
+        # The one-task-instance store: a copy of s0 (assets, the big and small TIs) trimmed.
+        tiny.backend.clear_prefix(BIG.namespace)
+        found = discovery({"one-TI": tiny, f"s{largest}": big}, rounds * 4)
+        for key, value in found.items():
+            out[key] = round(value, 2)
+        for what in ("dags", "runs", "task instances", "assets"):
+            out[f"discovery {what} ratio s{largest}/one-TI"] = round(
+                found[f"s{largest} {what} ms"] / found[f"one-TI {what} ms"], 2
+            )
+        for s in (*stores.values(), tiny):
+            s.close()
+        # Cleanup of the expired rows (10%) while a writer sets task state.
+        url = copy(f"s{largest}")
+        with StateStore(url, settings=Settings()) as store:
+            took, worst_ms, p50_ms = while_writing(url, lambda: store.cleanup(batch_size=10_000))
+        out["cleanup s"] = round(took, 1)
+        out["cleanup writer worst set ms"] = round(worst_ms, 1)
+        out["cleanup writer p50 set ms"] = round(p50_ms, 2)
+        rss, said = clean_rss(copy(f"s{largest}"), objects)
+        out["clean with offloading peak RSS MB"] = round(rss, 1)
+        out["clean with offloading said"] = said
+        if kind == "postgres":
+            url = copy(f"s{largest}")
+
+            def unbuild() -> None:  # back to schema 3 (the writer is connected already)
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(f"DROP INDEX {pg._ONLINE[4]}")
+                    conn.execute(f"DELETE FROM {pg.VERSION_TABLE} WHERE version >= 4")
+
+            backend = pg.PostgresBackend(url)
+            took, worst_ms, p50_ms = while_writing(url, backend.migrate, unbuild)
+            backend.close()
+            out["migration 4 (CREATE INDEX CONCURRENTLY) s"] = round(took, 1)
+            out["migration writer worst set ms"] = round(worst_ms, 1)
+            out["migration writer p50 set ms"] = round(p50_ms, 2)
+        out["load after"] = [round(x, 2) for x in os.getloadavg()]
+    finally:
+        if server_cm is not None:
+            server_cm.__exit__(None, None, None)
+    return out
+
+
+if __name__ == "__main__":
+    main()
