@@ -214,9 +214,8 @@ class _UpstreamFaulted:
 
         def status_check(*args: Any, **kwargs: Any) -> Any:
             calls.append(1)
-            if self.fault_at == "while_polling" and len(calls) == (
-                1 if status == "_wait_for_task_ended" else 2
-            ):
+            waits_in_one_call = status in ("_wait_for_task_ended", "poll_query_status")
+            if self.fault_at == "while_polling" and len(calls) == (1 if waits_in_one_call else 2):
                 time.sleep(1)
                 _fault(context)
             return checked(*args, **kwargs)
@@ -248,8 +247,9 @@ def _upstream_classes() -> dict[str, type]:
         return type(f"Upstream{upstream.__name__}", (_UpstreamFaulted, upstream), body)
 
     return {
+        # Athena, like ECS, waits in one call (a boto waiter)
         "athena": faulted(
-            FaultedAthena, Athena, (AthenaHook, "run_query", AthenaHook, "check_query_status")
+            FaultedAthena, Athena, (AthenaHook, "run_query", AthenaHook, "poll_query_status")
         ),
         "batch": faulted(
             FaultedBatch, Batch, (Batch, "submit_job", BatchClientHook, "get_job_description")
