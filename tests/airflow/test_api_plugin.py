@@ -4,10 +4,13 @@ that real DAG runs write and read."""
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -252,12 +255,7 @@ def test_the_ui_session_writes_exactly_as_on_airflows_own_api(
             assert ui.put(url, json={"value": 1}).status_code == 204
             assert ui.get(url).json()["last_updated_by"] == {"kind": "api", "subject": "admin"}
         return
-    with httpx.Client(base_url=deployment.base_url, follow_redirects=True, timeout=60) as ui:
-        form = ui.get("/login/").text
-        csrf = re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', form)
-        assert csrf is not None, form[:2000]
-        ui.post("/login/", data={"username": "admin", "password": "admin-pw",
-                                 "csrf_token": csrf.group(1)})  # fmt: skip
+    with _ui_session(deployment) as ui:
         assert ui.get(url).status_code == 404  # logged in: the key is just absent
         refused = ui.put(url, json={"value": 1})
         assert refused.status_code == 400  # no CSRF token
@@ -267,3 +265,134 @@ def test_the_ui_session_writes_exactly_as_on_airflows_own_api(
         ok = ui.put(url, json={"value": 1}, headers={"X-CSRFToken": token.group(1)})
         assert ok.status_code == 204, ok.text
         assert ui.get(url).json()["last_updated_by"] == {"kind": "api", "subject": "admin"}
+
+
+@contextmanager
+def _ui_session(deployment: Deployment) -> Iterator[httpx.Client]:
+    """A browser's session on Airflow 2's webserver: signed in as admin through the login form
+    (the session cookie only, no Authorization header)."""
+    with httpx.Client(base_url=deployment.base_url, follow_redirects=True, timeout=60) as ui:
+        form = ui.get("/login/").text
+        csrf = re.search(r'name="csrf_token" type="hidden" value="([^"]+)"', form)
+        assert csrf is not None, form[:2000]
+        ui.post("/login/", data={"username": "admin", "password": "admin-pw",
+                                 "csrf_token": csrf.group(1)})  # fmt: skip
+        yield ui
+
+
+_fab_users: set[tuple[str, str]] = set()
+
+
+def _fab_user(deployment: Deployment, name: str, role: str) -> dict[str, str]:
+    """Basic-auth headers of a FAB user with `role`, created on first use through Airflow 2's
+    users API (the CLI would take half a minute on a loaded machine)."""
+    if (deployment.version, name) not in _fab_users:
+        with deployment.client("admin") as admin:
+            created = admin.post("/api/v1/users", json={
+                "username": name, "password": f"{name}-pw", "email": f"{name}@example.com",
+                "first_name": name, "last_name": "test", "roles": [{"name": role}],
+            })  # fmt: skip
+        assert created.status_code in (200, 409), created.text  # 409: made by an earlier run
+        _fab_users.add((deployment.version, name))
+    pair = base64.b64encode(f"{name}:{name}-pw".encode()).decode()
+    return {"Authorization": f"Basic {pair}"}
+
+
+def test_asset_state_writes_need_the_permission_airflows_own_dataset_routes_need(
+    deployment: Deployment,
+) -> None:
+    """2.x: writing asset state is FAB's `can_create` on Datasets (Admin, Op, User), deleting
+    `can_delete` (Admin, Op); a Viewer does neither. 3.x: the auth manager's asset PUT/DELETE."""
+    url = f"{V2}/assets/state-store/cursor"
+    query = {"name": "ts_perm_asset"}
+    writers = ["admin"]
+    with deployment.client("viewer") as viewer:
+        assert viewer.put(url, params=query, json={"value": 0}).status_code == 403
+        assert viewer.delete(url, params=query).status_code == 403
+    with deployment.client("admin") as admin:
+        written = admin.put(url, params=query, json={"value": "admin"})
+        assert written.status_code == 204, written.text
+        if deployment.major < 3:
+            op = _fab_user(deployment, "op", "Op")
+            wrote = admin.put(url, params=query, json={"value": "op"}, headers=op)
+            assert wrote.status_code == 204, wrote.text
+            writers.append("op")
+            assert admin.get(url, params=query, headers=op).json()["value"] == "op"
+            assert admin.delete(url, params=query, headers=op).status_code == 204
+            assert admin.get(url, params=query).status_code == 404
+            assert admin.put(url, params=query, json={"value": 1}).status_code == 204
+        assert admin.delete(url, params=query).status_code == 204
+    with deployment.client("viewer") as viewer:  # what the viewer may still do: read
+        assert viewer.get(url, params=query).status_code == 404
+    assert writers == (["admin"] if deployment.major >= 3 else ["admin", "op"])
+
+
+def test_ids_past_64_bits_are_refused_before_any_query(deployment: Deployment, run_id: str) -> None:
+    huge, just_past = "9" * 31, str(2**63)
+    url = f"{task_url(run_id, 'writer')}/k"
+    with deployment.client("viewer") as viewer:
+        for asset_id in (huge, just_past):
+            for path in ("", "/watermark"):
+                found = viewer.get(f"{V2}/assets/{asset_id}/state-store{path}")
+                assert found.status_code == 404, found.text
+        assert viewer.get(f"{V2}/assets/{2**63 - 1}/state-store").status_code == 404  # a query
+        assert viewer.get(f"{V2}/dags", params={"offset": huge}).status_code == 422
+    with deployment.client("admin") as admin:
+        for index in (huge, just_past, f"-{huge}"):
+            refused = admin.put(url, params={"map_index": index}, json={"value": 1})
+            assert refused.status_code == 422, (index, refused.text)
+        for method in ("GET", "DELETE"):
+            assert admin.request(method, url, params={"map_index": just_past}).status_code == 422
+        marker = f"{V2}/dags/ts_api/dagRuns/{run_id}/taskInstances/writer/taskstate-meta/m"
+        refused = admin.put(marker, params={"map_index": just_past}, json={"value": 1})
+        assert refused.status_code == 422, refused.text
+        largest = admin.put(url, params={"map_index": str(2**63 - 1)}, json={"value": 1})
+        assert largest.status_code == 404, largest.text  # in range: asked, no such instance
+
+
+def test_markers_of_a_task_instance_that_does_not_exist_are_404(
+    deployment: Deployment, run_id: str
+) -> None:
+    missing = f"{V2}/dags/ts_api/dagRuns/{run_id}/taskInstances/no_such_task"
+    with deployment.client("admin") as admin:
+        state = admin.put(f"{missing}/state-store/k", json={"value": 1})
+        marker = admin.put(f"{missing}/taskstate-meta/k", json={"value": 1})
+        assert (state.status_code, marker.status_code) == (404, 404), marker.text
+        assert marker.headers["X-Taskstate-Error"] == "KeyNotFoundError"
+        assert admin.delete(f"{missing}/taskstate-meta").status_code == 404
+        assert admin.get(f"{missing}/taskstate-meta/k").status_code == 404  # nothing stored
+        here = f"{V2}/dags/ts_api/dagRuns/{run_id}/taskInstances/writer/taskstate-meta/k"
+        assert admin.put(here, json={"value": 1}).status_code == 204  # an existing one: stored
+
+
+def test_csrf_is_skipped_only_when_the_authorization_header_authenticated(
+    deployment: Deployment, run_id: str
+) -> None:
+    if deployment.major >= 3:
+        pytest.skip("Airflow 3 has no CSRF check: docs/api.md, 'Cookie-authenticated writes'")
+    url = f"{task_url(run_id, 'writer')}/csrf"
+    with _ui_session(deployment) as ui:
+        for junk in ("Basic Og==", "Bearer not-a-token-at-all", "Negotiate abc"):
+            ridden = ui.put(url, json={"value": junk}, headers={"Authorization": junk})
+            assert ridden.status_code in (400, 401), (junk, ridden.status_code, ridden.text)
+            assert ridden.status_code == 400 or junk.startswith("Bearer"), ridden.text
+        assert ui.get(url).status_code == 404  # none of them wrote
+        viewer = deployment.credentials("viewer")  # the header's user, not the session's
+        assert ui.put(url, json={"value": 1}, headers=viewer).status_code == 403
+        admin = deployment.credentials("admin")
+        assert ui.put(url, json={"value": 2}, headers=admin).status_code == 204
+        assert ui.get(url).json()["value"] == 2
+
+
+def test_the_task_state_pages_send_a_signed_out_visitor_to_sign_in(
+    deployment: Deployment,
+) -> None:
+    if deployment.major >= 3:
+        pytest.skip("the 3.x pages ask for Airflow's sign-in themselves (tests/ui)")
+    with httpx.Client(base_url=deployment.base_url, timeout=60) as anonymous:
+        for page in ("/taskstate-ui/", "/taskstate-ui/assets"):
+            sent = anonymous.get(page)
+            assert sent.status_code == 302, (page, sent.status_code, sent.text[:500])
+            location = httpx.URL(sent.headers["location"])
+            assert location.path == "/login/"
+            assert location.params["next"].endswith(page)

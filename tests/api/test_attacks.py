@@ -183,6 +183,15 @@ def test_a_huge_map_index_is_422_on_the_ui_route_too(served: Served) -> None:
         ui = api.get("/taskstate/ui/access", params=where)
         assert ui.status_code == 422
         assert api.get(TASK, params={"map_index": huge}).status_code == 422
+        # 19 digits, one past the 64-bit range SQLite and the metadata database hold: refused
+        # before any query, on the state routes and discovery alike (issue 31)
+        for past in (str(2**63), str(-(2**63) - 1)):
+            assert (
+                api.put(f"{TASK}/k", params={"map_index": past}, json={"value": 1}).status_code
+                == 422
+            )
+        assert api.get("/taskstate/api/v2/dags", params={"offset": str(2**63)}).status_code == 422
+        assert api.get(TASK, params={"map_index": str(2**63 - 1)}).status_code == 200
 
 
 # -- conditional requests --------------------------------------------------------------------

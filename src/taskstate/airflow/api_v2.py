@@ -6,7 +6,13 @@ session, ...), checked in the Flask request where they work. The user's FAB perm
 request's method (the DAGs they may read / edit, task-instance and dataset access) are read
 there too and carried to the app in the WSGI environ. A taskstate bearer token skips Airflow's
 backends and is checked by the app. The blueprint is exempt from Flask-WTF's CSRF check for
-header-authenticated requests; a cookie-authenticated write must carry the CSRF token.
+requests the `Authorization` header authenticated; a write the session cookie authenticated must
+carry the CSRF token, whatever other header comes with it.
+
+Asset-state permissions are FAB's dataset permissions, mapped as Airflow 2's own dataset routes
+map them: reading is `can_read`, writing a key is `can_create` (what creating a dataset event
+needs: roles User, Op and Admin hold it), deleting is `can_delete` (Op and Admin). FAB's roles
+have no `can_edit` on datasets.
 """
 
 from __future__ import annotations
@@ -40,6 +46,9 @@ _METHODS: dict[str, Method] = {
     "PATCH": "PUT",
     "DELETE": "DELETE",
 }
+# The dataset permission each method needs: Airflow 2's dataset routes ask for POST (can_create)
+# to add to a dataset and DELETE to remove from it; no FAB role has PUT (can_edit) on datasets.
+_DATASET_METHODS = {"GET": "GET", "PUT": "POST", "DELETE": "DELETE"}
 
 
 class FabUser:
@@ -79,7 +88,8 @@ class FabUser:
 
 def fab_user(method: Method) -> FabUser:
     """The current Flask user's permissions, as FAB's auth manager grants them: the DAG's
-    `can_read` (GET) or `can_edit` (writes), and the task-instance / dataset permission."""
+    `can_read` (GET) or `can_edit` (writes), the task-instance permission and the dataset
+    permission (`_DATASET_METHODS`)."""
     from airflow.auth.managers.models.resource_details import DagAccessEntity
     from airflow.www.extensions.init_auth_manager import get_auth_manager
 
@@ -93,7 +103,7 @@ def fab_user(method: Method) -> FabUser:
         tasks_ok=manager.is_authorized_dag(
             method=method, access_entity=DagAccessEntity.TASK_INSTANCE, user=user
         ),
-        assets_ok=manager.is_authorized_dataset(method=method, user=user),
+        assets_ok=manager.is_authorized_dataset(method=_DATASET_METHODS[method], user=user),
         anonymous=bool(getattr(user, "is_anonymous", False)),
     )
 
@@ -124,9 +134,33 @@ def _taskstate_bearer(header: str | None) -> bool:
     return token is not None and is_taskstate_token(token)
 
 
-def blueprint() -> Any:
+def _authenticate() -> bool:
+    """Run Airflow's API auth backends; True when the `Authorization` header authenticated the
+    user, False when the session did (or nobody did: `Unauthenticated` is raised then).
+
+    With a header, the backends are first run with the session hidden (flask_login's user for
+    the request set to anonymous), so a header that authenticates nobody (`Basic Og==`) cannot
+    ride on the session's sign-in and skip the CSRF check."""
     from airflow.api_connexion.exceptions import Unauthenticated
     from airflow.api_connexion.security import check_authentication
+    from flask import current_app, g, request
+
+    if request.headers.get("Authorization"):
+        manager: Any = current_app.login_manager  # type: ignore[attr-defined]  # flask_login
+        g._login_user = manager.anonymous_user()
+        try:
+            check_authentication()
+            if not g._login_user.is_anonymous:  # not merely AUTH_ROLE_PUBLIC
+                return True
+        except Unauthenticated:
+            pass
+        g.pop("_login_user", None)  # flask_login loads the session's user again
+    check_authentication()
+    return False
+
+
+def blueprint() -> Any:
+    from airflow.api_connexion.exceptions import Unauthenticated
     from airflow.www.app import csrf
     from flask import Blueprint, jsonify, request
     from werkzeug.wrappers import Response
@@ -140,8 +174,9 @@ def blueprint() -> Any:
         environ = dict(request.environ)
         method = _METHODS[request.method]
         if rest not in _PUBLIC and not _taskstate_bearer(request.headers.get("Authorization")):
+            by_header = False
             try:
-                check_authentication()
+                by_header = _authenticate()
                 user = fab_user(method)
             except Unauthenticated:
                 user = None
@@ -152,7 +187,7 @@ def blueprint() -> Any:
                 response.status_code = 401
                 response.headers["WWW-Authenticate"] = "Basic"
                 return response
-            if request.authorization is None and method != "GET":
+            if not by_header and method != "GET":
                 csrf.protect()  # the UI's session cookie: a write needs the CSRF token
             environ[ENVIRON_KEY] = user
         script = environ.get("SCRIPT_NAME", "")

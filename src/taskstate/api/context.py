@@ -81,8 +81,11 @@ async def caller(request: Request) -> Principal:
 
 Ctx = Annotated[AppContext, Depends(context)]
 Caller = Annotated[Principal, Depends(caller)]
+# The integers a request may name (ids, map indices, offsets): what the metadata database's
+# integer columns and SQLite hold. A bigger one never reaches a query (it fails there: a 500).
+INT64 = range(-(2**63), 2**63)
 Limit = Annotated[int, Query(ge=0, description="At most `[api] maximum_page_limit` (100).")]
-Offset = Annotated[int, Query(ge=0)]
+Offset = Annotated[int, Query(ge=0, le=INT64.stop - 1)]
 
 
 def page_bounds(ctx: AppContext, limit: int, offset: int) -> tuple[int, int]:

@@ -37,7 +37,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from taskstate.api import errors, models
 from taskstate.api.auth import Method, Principal, require_asset, require_task
-from taskstate.api.context import AppContext
+from taskstate.api.context import INT64, AppContext
 from taskstate.api.routes_metrics import record
 from taskstate.errors import (
     InvalidScopeError,
@@ -240,7 +240,7 @@ def _int(query: dict[str, str], name: str, default: int, minimum: int) -> int:
     raw = query.get(name)
     if raw is None:
         return default
-    if _INT.fullmatch(raw.strip()) is None or int(raw) < minimum:
+    if _INT.fullmatch(raw.strip()) is None or int(raw) < minimum or int(raw) not in INT64:
         _unprocessable(("query", name), f"{name} must be an integer >= {minimum}, got {raw[:40]!r}")
     return int(raw)
 
@@ -295,8 +295,9 @@ async def _serve(
     if method != "GET":
         # 3. fence: a stale try's token writes nothing (task state, asset state, markers)
         await _fence(ctx, principal)
-        # 4. existence: a write to a task instance the host does not know is 404
-        if route == "task" and ctx.hosting.task_instance_exists is not None:
+        # 4. existence: a write to a task instance the host does not know is 404 (its state
+        # and its markers alike)
+        if route != "asset" and ctx.hosting.task_instance_exists is not None:
             scope_ = address.scope
             assert isinstance(scope_, TaskScope)
             index = None if address.all_map_indices else scope_.map_index
@@ -311,8 +312,11 @@ _ID_NAMES = ("dag_id", "dag_run_id", "task_id")
 async def _asset(ctx: AppContext, ids: list[bytes], query: dict[str, str]) -> AssetScope:
     if ids:  # Airflow's /assets/{asset_id}/state-store
         raw = _text(ids[0], "asset_id")
-        if _INT.fullmatch(raw) is None:
+        if re.fullmatch(r"-?[0-9]+", raw) is None:
             _unprocessable(("path", "asset_id"), f"asset_id must be an integer, got {raw[:40]!r}")
+        if _INT.fullmatch(raw) is None or int(raw) not in INT64:
+            # past the 64-bit range: no asset has that id, and the database is not asked
+            raise HTTPException(status.HTTP_404_NOT_FOUND, f"Asset with id {raw[:40]} not found")
         resolve = ctx.hosting.asset_by_id
         assert resolve is not None  # matched only when the host resolves ids
         found = await anyio.to_thread.run_sync(resolve, int(raw))

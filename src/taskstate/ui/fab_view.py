@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from flask import current_app, request
+from flask import redirect, request
 from flask_appbuilder import BaseView, expose
 from flask_login import current_user
 from flask_wtf.csrf import generate_csrf
@@ -25,8 +25,11 @@ class TaskStateView(BaseView):  # type: ignore[misc]  # Flask AppBuilder is unty
 
     def _page(self, view: str = "") -> Any:
         if not current_user.is_authenticated:
-            manager: Any = current_app.login_manager  # type: ignore[attr-defined]  # flask_login
-            return manager.unauthorized()  # to the sign-in page, and back
+            # To Airflow's sign-in page and back, as Airflow's own views do (flask_login's
+            # `unauthorized()` builds an endpoint `login` FAB does not have: a 500).
+            from airflow.www.extensions.init_auth_manager import get_auth_manager
+
+            return redirect(get_auth_manager().get_url_login(next_url=request.url))
         base = f"{request.script_root}/taskstate"
         container = app_container(
             api=f"{base}/api/v2/", ui=f"{base}/ui/", csrf=generate_csrf(), view=view
