@@ -51,13 +51,14 @@ from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
 from taskstate.wire import (
     EXPIRES_AT,
     EXPIRES_IN,
+    VIA_HEADER,
     WRITE_ID,
     WRITE_ID_HEADER,
     asset_entry,
     quoted,
     task_entry,
 )
-from taskstate.writers import task_writer
+from taskstate.writers import api_writer, task_writer
 
 T = TypeVar("T")
 
@@ -410,7 +411,7 @@ def _writer(principal: Principal, request: Request) -> dict[str, Any]:
     whose answer was lost reads the key back and finds its own write by it)."""
     instance = principal.task_instance  # a task-instance token writes as that task
     writer: dict[str, Any] = (
-        {"kind": "api", "subject": principal.subject}
+        api_writer(principal.subject, request.headers.get(VIA_HEADER))
         if instance is None
         else task_writer(TaskScope(*instance))
     )

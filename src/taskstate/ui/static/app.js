@@ -33,7 +33,7 @@
     return encodeURIComponent(key);
   }
 
-  async function call(method, path, { query = {}, body, headers = {}, base = API } = {}) {
+  async function call(method, path, { query = {}, body, headers = {}, base = API, cache } = {}) {
     const url = new URL(path, base);
     for (const [name, value] of Object.entries(query)) {
       if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
@@ -41,17 +41,18 @@
     const sent = { Accept: "application/json", ...headers };
     if (body !== undefined) sent["Content-Type"] = "application/json";
     if (cfg.csrf && method !== "GET") sent["X-CSRFToken"] = cfg.csrf;
+    if (method !== "GET") sent["X-Taskstate-Via"] = "ui"; // recorded as {"kind":"api","via":"ui",...}
     const token = sessionStorage.getItem(TOKEN_KEY) || airflowToken;
     if (token) sent.Authorization = `Bearer ${token}`;
     const response = await fetch(url, {
-      method, headers: sent, credentials: "same-origin",
+      method, headers: sent, credentials: "same-origin", cache,
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     if (response.status === 401) {
       const stored = localStorage.getItem("token"); // Airflow 3.0's UI keeps its JWT here
       if (!token && stored) {
         airflowToken = stored;
-        return call(method, path, { query, body, headers, base });
+        return call(method, path, { query, body, headers, base, cache });
       }
       throw new AuthError(await message(response));
     }
@@ -70,6 +71,42 @@
     const response = await call("GET", path, { query });
     if (!response.ok) throw new Error(await message(response));
     return response.json();
+  }
+
+  // -- writes that never overwrite unseen changes -------------------------------------------
+
+  const KEPT = { kept: true }; // the person kept a newer value instead of writing theirs
+  const NO_VERSION = '"not-the-current-version"'; // an If-Match no ETag matches
+
+  // The key as the server holds it now, with its ETag (listings carry none); null if absent.
+  async function current(path, query) {
+    const response = await call("GET", path, { query, cache: "no-store" });
+    if (response.status === 404) return null;
+    if (!response.ok) throw new Error(await message(response));
+    return { entry: await response.json(), etag: response.headers.get("ETag") };
+  }
+
+  // The ETag of the version the page shows; if the key moved on since the page read it, a tag
+  // that matches nothing, so the write answers 412 and the person sees the newer value.
+  async function versionOf(path, query, shown) {
+    const now = await current(path, query);
+    const same = now && now.entry.updated_at === shown.updated_at
+      && JSON.stringify(now.entry.value) === JSON.stringify(shown.value);
+    return same ? now.etag : NO_VERSION;
+  }
+
+  // Send `send(tag)` (tag null: the key is gone) until it is not refused with 412; on each 412
+  // show the newer value and let the person choose. Resolves null when written, KEPT when they
+  // kept the newer value, else the server's message.
+  async function guarded(path, query, key, tag, send, mine) {
+    for (;;) {
+      const response = await send(tag);
+      if (response.status !== 412) return response.ok ? null : message(response);
+      const now = await current(path, query);
+      if (!now && mine === "Delete anyway") return null; // someone deleted it already
+      if (!(await conflictDialog(key, now && now.entry, mine))) return KEPT;
+      tag = now ? now.etag : null;
+    }
   }
 
   async function allowed(method, query) {
@@ -116,12 +153,14 @@
 
   function writer(by) {
     if (!by) return h("span", { class: "ts-empty" }, "unknown");
-    if (by.kind === "api") return `user ${by.subject}`;
     if (by.kind === "task") {
       const index = by.map_index !== null && by.map_index >= 0 ? ` [${by.map_index}]` : "";
       return `task ${by.dag_id}.${by.task_id}${index}, run ${by.run_id}`;
     }
-    return `${by.kind} ${by.subject || by.dag_id || ""}`.trim();
+    // As taskstate.writers.describe() words it: "ui: alice", "cli: bob", "api: ops".
+    const who = by.user || by.subject || by.dag_id;
+    const label = by.via || by.kind;
+    return who ? `${label}: ${who}` : label;
   }
 
   function valueCell(value) {
@@ -190,8 +229,29 @@
     });
   }
 
+  // The key changed (or went) since the person read it: show what it holds now. Resolves true
+  // when they choose `mine` (write theirs over it), false to keep the newer one.
+  function conflictDialog(key, newer, mine) {
+    return new Promise((resolve) => {
+      const dialog = h("dialog", { role: "alertdialog", "aria-labelledby": "ts-conflict-title", "aria-describedby": "ts-conflict-text" },
+        h("h2", { id: "ts-conflict-title" }, `"${key}" changed since you read it`),
+        newer
+          ? [h("p", { id: "ts-conflict-text" }, "It now holds this value, written by ", writer(newer.last_updated_by), " at ", when(newer.updated_at), ":"),
+            valueCell(newer.value)]
+          : h("p", { id: "ts-conflict-text" }, "Someone deleted it."),
+        h("div", { class: "ts-buttons" },
+          h("button", { type: "button", onclick: () => dialog.close("keep") }, newer ? "Keep the newer value" : "Keep it deleted"),
+          h("button", { type: "button", class: "ts-danger", onclick: () => dialog.close("mine") }, mine)));
+      dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "mine"); });
+      root.append(dialog);
+      dialog.showModal();
+      dialog.querySelector("button").focus(); // keeping theirs is the safe default
+    });
+  }
+
   // Add or edit one value. `entry` is null to add. `save(key, value, expiry)` returns null on
-  // success or the server's message, shown inline; expiry: "keep" | "default" | "never" | days.
+  // success, KEPT when the person kept a newer value, or the server's message, shown inline;
+  // expiry: "keep" | "default" | "never" | days. Resolves "saved", "kept" or "".
   function editorDialog({ title, entry, expiry, save }) {
     return new Promise((resolve) => {
       const error = h("p", { class: "ts-error", id: "ts-editor-error", role: "alert" });
@@ -247,10 +307,11 @@
         submit.disabled = true;
         const problem = await save(key, value, choice);
         submit.disabled = false;
+        if (problem === KEPT) { dialog.close("kept"); return; }
         if (problem) { error.textContent = problem; valueInput.focus(); return; }
         dialog.close("saved");
       });
-      dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "saved"); });
+      dialog.addEventListener("close", () => { dialog.remove(); resolve(["saved", "kept"].includes(dialog.returnValue) ? dialog.returnValue : ""); });
       root.append(dialog);
       dialog.showModal();
       (entry ? valueInput : keyInput).focus();
@@ -386,34 +447,41 @@
       say("");
     }
 
-    async function write(method, key, payload) {
-      const response = await call(method, `${base}/${keyPath(key)}`, { query: { map_index: indices[0] }, body: payload });
-      return response.ok ? null : message(response);
-    }
+    const keyQuery = { map_index: indices[0] };
 
     async function edit(entry) {
-      const saved = await editorDialog({
+      const tag = entry ? await versionOf(`${base}/${keyPath(entry.key)}`, keyQuery, entry) : null;
+      const outcome = await editorDialog({
         title: entry ? `Edit ${entry.key}` : `Add a key to ${label(indices[0])}`, entry, expiry: true,
         save: async (key, value, choice) => {
-          if (choice === "keep") return write("PATCH", key, { value });
-          const expires = choice === "default" ? "default" : choice === "never" ? null : new Date(Date.now() + choice * 86400000).toISOString();
-          if (entry) return write("PUT", key, { value, expires_at: expires });
-          const response = await call("PUT", `${base}/${keyPath(key)}`, { query: { map_index: indices[0] }, body: { value, expires_at: expires }, headers: { "If-None-Match": "*" } });
-          if (response.status === 412) return `The key "${key}" already exists: edit it instead.`;
-          return response.ok ? null : message(response);
+          const path = `${base}/${keyPath(key)}`;
+          const expires = choice === "keep" ? "default" : choice === "default" ? "default" : choice === "never" ? null : new Date(Date.now() + choice * 86400000).toISOString();
+          if (!entry) {
+            const response = await call("PUT", path, { query: keyQuery, body: { value, expires_at: expires }, headers: { "If-None-Match": "*" } });
+            if (response.status === 412) return `The key "${key}" already exists: edit it instead.`;
+            return response.ok ? null : message(response);
+          }
+          return guarded(path, keyQuery, key, tag, (version) => {
+            if (version === null) return call("PUT", path, { query: keyQuery, body: { value, expires_at: expires }, headers: { "If-None-Match": "*" } });
+            if (choice === "keep") return call("PATCH", path, { query: keyQuery, body: { value }, headers: { "If-Match": version } });
+            return call("PUT", path, { query: keyQuery, body: { value, expires_at: expires }, headers: { "If-Match": version } });
+          }, "Overwrite with mine");
         },
       });
-      if (saved) { await load(); say(entry ? `Saved ${entry.key}.` : "Added."); }
+      if (outcome) { await load(); say(outcome === "kept" ? `Kept the newer value of ${entry.key}.` : entry ? `Saved ${entry.key}.` : "Added."); }
     }
 
     async function removeKey(entry) {
+      const path = `${base}/${keyPath(entry.key)}`;
+      const tag = await versionOf(path, keyQuery, entry);
       const ok = await confirmDialog(`Delete "${entry.key}"?`,
         `The ${label(indices[0])} in run ${runId} loses the value of "${entry.key}": the next time it runs it behaves as if it had never stored it (a task tracking an external job under this key submits the job again).`,
         "Delete key");
       if (!ok) return;
-      const response = await call("DELETE", `${base}/${keyPath(entry.key)}`, { query: { map_index: indices[0] } });
-      if (!response.ok) { fail(await message(response)); return; }
-      await load(); say(`Deleted ${entry.key}.`);
+      const problem = await guarded(path, keyQuery, entry.key, tag,
+        (version) => call("DELETE", path, { query: keyQuery, headers: { "If-Match": version } }), "Delete anyway");
+      if (problem && problem !== KEPT) { fail(problem); return; }
+      await load(); say(problem === KEPT ? `Kept the newer value of ${entry.key}.` : `Deleted ${entry.key}.`);
     }
 
     async function clear(everyIndex) {
@@ -473,24 +541,31 @@
     }
 
     async function edit(entry) {
-      const saved = await editorDialog({
+      const tag = entry ? await versionOf(`assets/state-store/${keyPath(entry.key)}`, query, entry) : null;
+      const outcome = await editorDialog({
         title: entry ? `Edit ${entry.key}` : `Add a key to asset ${name}`, entry, expiry: false,
         save: async (key, value) => {
-          const response = await call("PUT", `assets/state-store/${keyPath(key)}`, { query, body: { value }, headers: entry ? {} : { "If-None-Match": "*" } });
+          const path = `assets/state-store/${keyPath(key)}`;
+          const put = (version) => call("PUT", path, { query, body: { value }, headers: version ? { "If-Match": version } : { "If-None-Match": "*" } });
+          if (entry) return guarded(path, query, key, tag, put, "Overwrite with mine");
+          const response = await put(null);
           if (response.status === 412) return `The key "${key}" already exists: edit it instead.`;
           return response.ok ? null : message(response);
         },
       });
-      if (saved) { await load(); say("Saved."); }
+      if (outcome) { await load(); say(outcome === "kept" ? `Kept the newer value of ${entry.key}.` : "Saved."); }
     }
 
     async function removeKey(entry) {
+      const path = `assets/state-store/${keyPath(entry.key)}`;
+      const tag = await versionOf(path, query, entry);
       const ok = await confirmDialog(`Delete "${entry.key}"?`,
         `Asset ${name} loses "${entry.key}": every task that reads it next sees no value (a watermark starts over from the beginning).`, "Delete key");
       if (!ok) return;
-      const response = await call("DELETE", `assets/state-store/${keyPath(entry.key)}`, { query });
-      if (!response.ok) { fail(await message(response)); return; }
-      await load(); say(`Deleted ${entry.key}.`);
+      const problem = await guarded(path, query, entry.key, tag,
+        (version) => call("DELETE", path, { query, headers: { "If-Match": version } }), "Delete anyway");
+      if (problem && problem !== KEPT) { fail(problem); return; }
+      await load(); say(problem === KEPT ? `Kept the newer value of ${entry.key}.` : `Deleted ${entry.key}.`);
     }
 
     show(
