@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -68,6 +69,24 @@ def test_open_server_on_loopback_says_so(tmp_path: Path) -> None:
         )
         assert response.status_code == 204
     assert "OPEN" in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_the_banner_names_urls_that_answer_and_a_busy_port_fails_first(tmp_path: Path) -> None:
+    with serving(tmp_path, _env(tmp_path)) as (base, proc):
+        assert proc.stderr is not None
+        banner = "".join(proc.stderr.readline() for _ in range(4))
+        urls = re.findall(r"http://\S+", banner)
+        assert f"{base}/taskstate/ui/" in urls and len(urls) == 3, banner
+        for url in urls:
+            assert httpx.get(url).status_code == 200, url
+        port = base.rsplit(":", 1)[1]
+        busy = subprocess.run(
+            [*TASKSTATE, "--url", f"sqlite:///{tmp_path}/s.db", "serve", "--port", port],
+            env=_env(tmp_path), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert busy.returncode == 1
+    assert f"port {port} on 127.0.0.1 is in use" in busy.stderr
+    assert "http://" not in busy.stderr  # no banner for a server that never served
 
 
 def test_refuses_a_public_host_without_a_key(tmp_path: Path) -> None:

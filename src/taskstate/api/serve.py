@@ -6,8 +6,10 @@ and write all state), so it binds only to loopback then, and says so on start-up
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import socket
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -135,7 +137,19 @@ def serve(
         else "OPEN: no [state_store] taskstate_secret_key, so every request may read and write "
         "all state (loopback only)"
     )
-    click.echo(f"taskstate serve: http://{host}:{port}/taskstate -> {store!r}; {mode}", err=True)
+    try:
+        _check_port(host, port)
+    except click.ClickException:
+        store.close()
+        raise
+    base = f"http://{f'[{host}]' if ':' in host else host}:{port}/taskstate"
+    click.echo(
+        f"taskstate serve: {store!r}; {mode}\n"
+        f"  UI:      {base}/ui/\n"
+        f"  API:     {base}/docs (its routes under /taskstate/api/v2/)\n"
+        f"  health:  {base}/health",
+        err=True,
+    )
     options: dict[str, Any] = {
         "host": host, "port": port, "log_level": log_level,
         "access_log": log_level == "debug", "server_header": False,
@@ -152,6 +166,23 @@ def serve(
 
 
 _URL_ENV = "TASKSTATE_SERVE_URL"
+
+
+def _check_port(host: str, port: int) -> None:
+    """Bind as uvicorn will (SO_REUSEADDR) and let go, so a busy port fails here, before the
+    banner says where we serve, with a sentence instead of uvicorn's errno line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise click.ClickException(
+                    f"port {port} on {host} is in use (another taskstate serve?): stop it or "
+                    "choose another with --port"
+                ) from None
+            raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
 
 
 def worker_app() -> ASGIApp:
