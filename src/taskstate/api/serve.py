@@ -42,8 +42,11 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def standalone_app(store: StateStore, keys: SigningKeys | None) -> ASGIApp:
-    """The app at `/taskstate`, authenticated by taskstate tokens (open without a key)."""
+def standalone_app(
+    store: StateStore, keys: SigningKeys | None, *, access_log: bool = False
+) -> ASGIApp:
+    """The app at `/taskstate`, authenticated by taskstate tokens (open without a key);
+    `access_log`: a `taskstate.access` line per request (`taskstate.api.logs`)."""
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
@@ -55,8 +58,14 @@ def standalone_app(store: StateStore, keys: SigningKeys | None) -> ASGIApp:
     mounted = Starlette(routes=[Mount(BASE_PATH, app)])
     # The state routes first: the hot path skips the mount and FastAPI's middleware stack.
     state = StateRoutes(mounted, app.state.taskstate, prefix=BASE_PATH)
-    served = RefuseControlCharacters(state)
-    return served if keys is not None else LoopbackHostOnly(served)
+    served: ASGIApp = RefuseControlCharacters(state)
+    if keys is None:
+        served = LoopbackHostOnly(served)
+    if access_log:  # outermost: refusals (421, control characters) are logged too
+        from taskstate.api.logs import AccessLog
+
+        served = AccessLog(served)
+    return served
 
 
 class LoopbackHostOnly:
@@ -104,6 +113,14 @@ def _loopback_host(scope: Any) -> bool:
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
 @click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="Each request's access line and each write's audit line (who, scope, key; never "
+    "the value), and the server's own lines, as text or one JSON object per line.",
+)
+@click.option(
     "--workers",
     default=1,
     show_default=True,
@@ -112,12 +129,19 @@ def _loopback_host(scope: Any) -> bool:
 )
 @click.pass_context
 def serve(
-    ctx: click.Context, host: str, port: int, url: str | None, log_level: str, workers: int
+    ctx: click.Context,
+    host: str,
+    port: int,
+    url: str | None,
+    log_level: str,
+    log_format: str,
+    workers: int,
 ) -> None:
     """Serve the state store over HTTP (Airflow 3.3's state-store routes under /taskstate)."""
     require_server_extra()
     import uvicorn
 
+    from taskstate.api.logs import log_config
     from taskstate.api.tokens import SigningKeys
     from taskstate.metrics import configured
     from taskstate.store import StateStore
@@ -151,11 +175,11 @@ def serve(
         err=True,
     )
     options: dict[str, Any] = {
-        "host": host, "port": port, "log_level": log_level,
-        "access_log": log_level == "debug", "server_header": False,
+        "host": host, "port": port, "log_level": log_level, "server_header": False,
+        "access_log": False, "log_config": log_config(log_level, log_format),  # logs.AccessLog
     }  # fmt: skip
     if workers == 1:
-        uvicorn.run(standalone_app(store, keys), **options)
+        uvicorn.run(standalone_app(store, keys, access_log=True), **options)
         return
     # Each process imports and builds its own app (`worker_app`), with the same store URL.
     store.close()
@@ -193,4 +217,4 @@ def worker_app() -> ASGIApp:
     from taskstate.store import StateStore
 
     store = StateStore(os.environ.get(_URL_ENV) or None, metrics=configured(prometheus=True))
-    return standalone_app(store, SigningKeys.load())
+    return standalone_app(store, SigningKeys.load(), access_log=True)
