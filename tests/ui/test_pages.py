@@ -369,3 +369,52 @@ def test_the_airflow_tab_address_leads_to_the_task(
     page.goto(f"{served.ui}ti/{path}")
     expect(row(page, "k").locator("pre")).to_have_text(f'"{run_id}"')
     assert page.url.startswith(served.ui + "?")
+
+
+def test_on_call_at_scale_jump_zone_pages_filters_dark_and_sign_out(
+    secured: Served, browser: Browser
+) -> None:
+    seed(secured)
+    state = secured.store.task_state(LOAD)
+    for n in range(30):
+        state.set(f"k{n:02d}", n)
+    secured.store.asset_state(AssetScope(name="orders")).set("rows", 1)
+    secured.store.task_state(TaskScope("secret", "run1", "t", -1)).set("k", 1)
+    context = browser.new_context(color_scheme="dark", timezone_id="Asia/Tokyo")
+    page = context.new_page()
+    page.goto(secured.ui)
+    page.get_by_label("taskstate token", exact=False).fill(
+        secured.token(dag_ids=("etl",), assets=("orders",), subject="oncall")
+    )
+    page.get_by_role("button", name="Use token").click()
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(13, 17, 23)"  # prefers-color-scheme: dark
+
+    page.get_by_label("Go to DAG, run or task").fill("etl run1 load")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Task state: load")).to_be_visible()
+    updated = row(page, "k00").locator("td").nth(2)
+    iso = updated.locator("time").get_attribute("datetime")
+    assert iso is not None
+    expect(updated).to_have_text(f"{iso[:10]} {iso[11:19]} UTC")  # UTC, labelled, by default
+    page.get_by_label("Times").select_option("local")
+    expect(row(page, "k00").locator("td").nth(2)).to_contain_text("GMT+9")  # Tokyo, labelled
+
+    page.get_by_role("button", name="Next").click()
+    expect(page.get_by_text("26–33 of 33")).to_be_visible()
+    assert "offset=25" in page.url
+    page.reload()  # the page number is in the address
+    expect(page.get_by_text("26–33 of 33")).to_be_visible()
+
+    page.goto(f"{secured.ui}?asset=orders")
+    page.get_by_label("Filter keys (prefix)").fill("wat")
+    expect(row(page, "rows")).to_have_count(0)
+    expect(row(page, "watermark")).to_be_visible()
+    assert "key_prefix=wat" in page.url
+
+    page.goto(f"{secured.ui}?dag_id=secret&run_id=run1&task_id=t")
+    expect(page.get_by_role("alert")).to_contain_text("You may not see this task instance's state")
+    page.get_by_role("button", name="Use another token").click()
+    expect(page.get_by_role("heading", name="Sign in to see state")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('taskstate.token')") is None
+    context.close()

@@ -20,6 +20,7 @@
   const PAGE_SIZE = 25;
   const FOLD_CHARS = 240;
   const TOKEN_KEY = "taskstate.token";
+  const ZONE_KEY = "taskstate.zone"; // "utc" (default, as Airflow) or "local"
   const params = new URLSearchParams(location.search);
   let airflowToken = null;
 
@@ -145,10 +146,18 @@
     return text ? `?${text}` : location.pathname;
   }
 
+  const local = () => localStorage.getItem(ZONE_KEY) === "local";
+
+  // "2026-12-01 16:20:13 UTC" by default; the browser's zone, labelled, when the person picks it.
+  function timeText(iso) {
+    const date = new Date(iso);
+    if (!local()) return `${date.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+    return date.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" });
+  }
+
   function when(iso) {
     if (!iso) return "Never";
-    const date = new Date(iso);
-    return h("time", { datetime: iso, title: iso }, date.toLocaleString());
+    return h("time", { datetime: iso, title: iso }, timeText(iso));
   }
 
   function writer(by) {
@@ -175,9 +184,30 @@
   const status = h("p", { class: "ts-status", role: "status", "aria-live": "polite" });
   const alertBox = h("p", { class: "ts-error", role: "alert" });
 
+  // What every view has on top: jump to a DAG / run / task, the time zone, the token.
+  function topBar() {
+    const target = h("input", { id: "ts-goto", type: "search", name: "goto", autocomplete: "off", placeholder: "etl  or  etl run1 load", "aria-describedby": "ts-goto-help" });
+    const go = h("form", { class: "ts-goto", role: "search", onsubmit: (event) => {
+      event.preventDefault();
+      // Airflow's DAG, run and task ids hold no spaces: "DAG [RUN [TASK]]".
+      const [dagId, runId, taskId] = target.value.trim().split(/\s+/);
+      if (dagId) location.search = href({ dag_id: dagId, run_id: runId, task_id: taskId });
+    } },
+    h("label", { for: "ts-goto" }, "Go to DAG, run or task", target),
+    h("span", { id: "ts-goto-help", class: "ts-visually-hidden" }, "A DAG id, optionally followed by a run id and a task id, separated by spaces"),
+    h("button", { type: "submit" }, "Go"));
+    const zone = h("select", { id: "ts-zone", onchange: (event) => { localStorage.setItem(ZONE_KEY, event.target.value); location.reload(); } },
+      h("option", { value: "utc", selected: !local() }, "UTC"),
+      h("option", { value: "local", selected: local() }, `Local (${Intl.DateTimeFormat().resolvedOptions().timeZone})`));
+    const signOut = sessionStorage.getItem(TOKEN_KEY)
+      ? h("button", { type: "button", onclick: () => { sessionStorage.removeItem(TOKEN_KEY); showLogin("Signed out: this tab forgot the token. Paste another one to go on."); } }, "Use another token")
+      : null;
+    return h("div", { class: "ts-topbar" }, go, h("span", { class: "ts-spacer" }), h("label", { for: "ts-zone" }, "Times", zone), signOut);
+  }
+
   // Replace the page's content; absent parts (null, false) are left out.
   function show(...parts) {
-    root.replaceChildren(...parts.filter((part) => part !== null && part !== undefined && part !== false));
+    root.replaceChildren(topBar(), ...parts.filter((part) => part !== null && part !== undefined && part !== false));
   }
 
   function say(text) { status.textContent = text; alertBox.textContent = ""; }
@@ -265,7 +295,7 @@
           h("input", { type: "radio", name: "expiry", value, checked }), label, extra || null);
         retention = h("fieldset", {},
           h("legend", {}, "Expiry"),
-          entry ? option("keep", entry.expires_at ? `Keep (${new Date(entry.expires_at).toLocaleString()})` : "Keep (never expires)", true) : null,
+          entry ? option("keep", entry.expires_at ? `Keep (${timeText(entry.expires_at)})` : "Keep (never expires)", true) : null,
           option("default", "Default retention", !entry),
           option("never", "Never expires", false),
           option("days", "Expires in", false, h("span", {}, days, " days")));
@@ -379,7 +409,9 @@
     show(
       crumbs([["State", href({})], [dagId]]),
       h("h1", {}, `Runs of ${dagId} with state`), status, alertBox,
-      rows.length ? table("Runs", ["Run", "Keys"], rows) : h("p", { class: "ts-empty" }, "No run of this DAG holds state."),
+      rows.length ? table("Runs", ["Run", "Keys"], rows) : h("p", { class: "ts-empty" }, sessionStorage.getItem(TOKEN_KEY) || cfg.login
+        ? "No run of this DAG holds state that you may see: it holds none, or your token or role does not cover this DAG."
+        : "No run of this DAG holds state."),
       pager(runs.total_entries, offset, (o) => { location.search = href({ dag_id: dagId, offset: o }); }));
   }
 
@@ -403,6 +435,23 @@
       rows.length ? table("Task instances", ["Task", "Map index", "Keys"], rows) : h("p", { class: "ts-empty" }, "No task of this run holds state."));
   }
 
+  // The key-prefix filter of a task's or asset's keys (the API's `key_prefix`).
+  function keyFilter(prefix, onChange) {
+    const input = h("input", { id: "ts-filter", type: "search", name: "key_prefix", value: prefix, autocomplete: "off" });
+    let timer;
+    input.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => onChange(input.value), 250); });
+    return h("label", { for: "ts-filter" }, "Filter keys (prefix)", input);
+  }
+
+  // Keep the page and filter in the address, so a reload or a shared link shows the same rows.
+  function remember(changes) {
+    const search = new URLSearchParams(location.search);
+    for (const [name, value] of Object.entries(changes)) {
+      if (value) search.set(name, value); else search.delete(name);
+    }
+    history.replaceState(null, "", `?${search}`);
+  }
+
   function taskPath(dagId, runId, taskId) {
     return `dags/${keyPath(dagId)}/dagRuns/${keyPath(runId)}/taskInstances/${keyPath(taskId)}/state-store`;
   }
@@ -412,6 +461,12 @@
     const all = requested === "all";
     const base = taskPath(dagId, runId, taskId);
     const scopeQuery = { dag_id: dagId, run_id: runId, task_id: taskId, map_index: requested };
+    if (!(await allowed("GET", scopeQuery))) {
+      show(crumbs([["State", href({})], [dagId, href({ dag_id: dagId })], [runId, href({ dag_id: dagId, run_id: runId })], [taskId]]),
+        h("h1", {}, `Task state: ${taskId}`),
+        h("p", { class: "ts-error", role: "alert" }, "You may not see this task instance's state: your token or role does not cover it. Ask for one that names this DAG (and run and task), or use another token."));
+      return;
+    }
     const siblings = (await allTaskInstances(dagId, runId)).filter((ti) => ti.task_id === taskId).map((ti) => ti.map_index);
     const indices = all ? siblings : [Number(requested)];
     const mapped = siblings.some((i) => i >= 0) || indices.some((i) => i >= 0);
@@ -420,7 +475,7 @@
       all ? false : allowed("DELETE", scopeQuery),
       mapped ? allowed("DELETE", { ...scopeQuery, map_index: "all" }) : false,
     ]);
-    let offset = 0;
+    let offset = Number(params.get("offset") || 0);
     let prefix = params.get("key_prefix") || "";
     const body = h("div", { id: "ts-entries" });
     const label = (index) => (index === -1 ? `task ${taskId}` : `task ${taskId} (map index ${index})`);
@@ -444,6 +499,7 @@
         rows.length ? table(`State of ${label(indices[0])}`, columns, rows) : h("p", { class: "ts-empty" }, prefix ? `No key starts with "${prefix}".` : "This task instance holds no state."),
         all ? h("p", { class: "ts-meta" }, `${total} keys across ${indices.length} map indices (at most 100 shown per index).`)
           : pager(total, offset, (o) => { offset = o; load().catch(report); }));
+      remember({ offset, key_prefix: prefix });
       say("");
     }
 
@@ -496,9 +552,7 @@
       offset = 0; await load(); say(everyIndex ? "Cleared every map index." : "Cleared.");
     }
 
-    const filter = h("input", { id: "ts-filter", type: "search", name: "key_prefix", value: prefix, autocomplete: "off" });
-    let timer;
-    filter.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => { prefix = filter.value; offset = 0; load().catch(report); }, 250); });
+    const filter = keyFilter(prefix, (value) => { prefix = value; offset = 0; load().catch(report); });
     const picker = mapped ? h("label", { for: "ts-map-index" }, "Map index",
       h("select", { id: "ts-map-index", onchange: (event) => { location.search = href({ dag_id: dagId, run_id: runId, task_id: taskId, map_index: event.target.value }); } },
         [...new Set([...siblings, ...(all ? [] : indices)])].sort((a, b) => a - b).map((i) => h("option", { value: i, selected: !all && i === indices[0] }, i === -1 ? "not mapped" : String(i))),
@@ -509,7 +563,7 @@
       h("h1", {}, `Task state: ${taskId}`),
       h("p", { class: "ts-meta" }, `DAG ${dagId} · run ${runId}${all ? " · all map indices" : indices[0] >= 0 ? ` · map index ${indices[0]}` : ""}`),
       h("div", { class: "ts-toolbar" },
-        h("label", { for: "ts-filter" }, "Filter keys (prefix)", filter), picker,
+        filter, picker,
         h("span", { class: "ts-spacer" }),
         mayPut ? h("button", { type: "button", class: "ts-primary", onclick: () => edit(null) }, "Add key") : null,
         mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => clear(false) }, "Clear task instance") : null,
@@ -523,20 +577,22 @@
   async function assetView(name) {
     const query = { name };
     const [mayPut, mayDelete] = await Promise.all([allowed("PUT", { asset: name }), allowed("DELETE", { asset: name })]);
-    let offset = 0;
+    let offset = Number(params.get("offset") || 0);
+    let prefix = params.get("key_prefix") || "";
     const body = h("div", { id: "ts-entries" });
 
     async function load() {
       say("Loading…");
-      const page = await getJson("assets/state-store", { ...query, limit: PAGE_SIZE, offset });
+      const page = await getJson("assets/state-store", { ...query, limit: PAGE_SIZE, offset, key_prefix: prefix });
       const columns = ["Key", "Value", "Updated at", "Last updated by", ...(mayPut || mayDelete ? ["Actions"] : [])];
       const rows = page.asset_state_store.map((entry) => [cell("ts-key", entry.key), valueCell(entry.value), cell("ts-when", when(entry.updated_at)), writer(entry.last_updated_by),
         ...(mayPut || mayDelete ? [cell("ts-actions", h("div", {},
           mayPut ? h("button", { type: "button", onclick: () => edit(entry), "aria-label": `Edit ${entry.key}` }, "Edit") : null,
           mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => removeKey(entry), "aria-label": `Delete ${entry.key}` }, "Delete") : null))] : [])]);
       body.replaceChildren(
-        rows.length ? table(`State of asset ${name}`, columns, rows) : h("p", { class: "ts-empty" }, "This asset holds no state."),
+        rows.length ? table(`State of asset ${name}`, columns, rows) : h("p", { class: "ts-empty" }, prefix ? `No key starts with "${prefix}".` : "This asset holds no state."),
         pager(page.total_entries, offset, (o) => { offset = o; load().catch(report); }));
+      remember({ offset, key_prefix: prefix });
       say("");
     }
 
@@ -571,7 +627,9 @@
     show(
       crumbs([["State", href({})], [`asset ${name}`]]),
       h("h1", {}, `Asset state: ${name}`),
-      h("div", { class: "ts-toolbar" }, h("span", { class: "ts-spacer" }),
+      h("div", { class: "ts-toolbar" },
+        keyFilter(prefix, (value) => { prefix = value; offset = 0; load().catch(report); }),
+        h("span", { class: "ts-spacer" }),
         mayPut ? h("button", { type: "button", class: "ts-primary", onclick: () => edit(null) }, "Add key") : null),
       !mayPut && !mayDelete ? h("p", { class: "ts-readonly" }, "Read-only: you may see this state but not change it.") : null,
       status, alertBox, body);
