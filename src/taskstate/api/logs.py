@@ -15,8 +15,9 @@ import logging
 import time
 from typing import Any, Final
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
+from taskstate.api.routes_metrics import observed
 from taskstate.scope import AssetScope, TaskScope
 
 ACCESS: Final = logging.getLogger("taskstate.access")
@@ -35,17 +36,8 @@ class AccessLog:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        status = 500  # what the server answers when the app raises before starting
 
-        async def sending(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, sending)
-        finally:
+        def done(status: int) -> None:
             raw = scope.get("raw_path") or scope["path"].encode()
             query = scope.get("query_string") or b""
             client = scope.get("client")
@@ -60,6 +52,8 @@ class AccessLog:
                 '%s "%s %s" %s %.2fms', fields["client"], fields["method"], fields["path"],
                 status, fields["ms"], extra={"fields": {"event": "access", **fields}},
             )  # fmt: skip
+
+        await observed(self.app, scope, receive, send, done)
 
 
 def audit(action: str, who: dict[str, Any], scope: Any, key: str | None) -> None:
