@@ -384,12 +384,19 @@ def test_on_call_at_scale_jump_zone_pages_filters_dark_and_sign_out(
     page = context.new_page()
     page.goto(secured.ui)
     page.get_by_label("taskstate token", exact=False).fill(
-        secured.token(dag_ids=("etl",), assets=("orders",), subject="oncall")
+        secured.token(dag_ids=("etl*", "billing"), assets=("orders",), subject="oncall")
     )
     page.get_by_role("button", name="Use token").click()
     background = page.evaluate("getComputedStyle(document.body).backgroundColor")
     assert background == "rgb(13, 17, 23)"  # prefers-color-scheme: dark
 
+    for dag in ("etl_daily", "etl_hourly", "billing"):
+        secured.store.task_state(TaskScope(dag, "r", "t", -1)).set("k", 1)
+    page.get_by_label("Search DAGs").fill("ETL_")
+    page.keyboard.press("Enter")
+    expect(page.get_by_text("2 DAGs match")).to_be_visible()
+    expect(page.get_by_role("link", name="etl_hourly")).to_be_visible()
+    expect(page.get_by_role("link", name="billing")).to_have_count(0)
     page.get_by_label("Go to DAG, run or task").fill("etl run1 load")
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Task state: load")).to_be_visible()

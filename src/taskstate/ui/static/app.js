@@ -374,19 +374,37 @@
   // Discovery counts stop past 10,000 keys (the API answers 10001): shown as "10000+".
   const keyCount = (n) => (n > 10000 ? "10000+" : n);
 
+  // Every DAG holding state, 100 a request (the search runs over all of them, in the page).
+  async function allDags() {
+    const found = [];
+    for (let offset = 0; ; offset += 100) {
+      const page = await getJson("dags", { limit: 100, offset });
+      found.push(...page.dags);
+      if (!page.dags.length || found.length >= page.total_entries) return found;
+    }
+  }
+
   async function homeView() {
     const offset = Number(params.get("offset") || 0);
+    const search = (params.get("q") || "").trim();
     const [dags, assets] = await Promise.all([
-      getJson("dags", { limit: PAGE_SIZE, offset }),
+      search ? allDags().then((all) => all.filter((d) => d.dag_id.toLowerCase().includes(search.toLowerCase())))
+        : getJson("dags", { limit: PAGE_SIZE, offset }),
       getJson("assets", { limit: 100 }),
     ]);
-    const dagRows = dags.dags.map((d) => [h("a", { href: href({ dag_id: d.dag_id }) }, d.dag_id), keyCount(d.keys)]);
+    const listed = search ? dags : dags.dags;
+    const dagRows = listed.map((d) => [h("a", { href: href({ dag_id: d.dag_id }) }, d.dag_id), keyCount(d.keys)]);
     const assetRows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), keyCount(a.keys)]);
+    const box = h("input", { id: "ts-search", type: "search", name: "q", value: search, autocomplete: "off" });
     show(
       h("h1", {}, "State"), status, alertBox,
       h("h2", { id: "ts-dags" }, "DAGs with task state"),
-      dagRows.length ? table("DAGs with task state", ["DAG", "Keys"], dagRows) : h("p", { class: "ts-empty" }, "No task state yet."),
-      pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }),
+      h("form", { class: "ts-toolbar", role: "search", onsubmit: (event) => { event.preventDefault(); location.search = href({ q: box.value.trim() || undefined }); } },
+        h("label", { for: "ts-search" }, "Search DAGs (part of the id)", box), h("button", { type: "submit" }, "Search")),
+      dagRows.length ? table("DAGs with task state", ["DAG", "Keys"], dagRows)
+        : h("p", { class: "ts-empty" }, search ? `No DAG you may see has "${search}" in its id.` : "No task state yet."),
+      search ? h("div", { class: "ts-pager" }, `${listed.length} ${listed.length === 1 ? "DAG matches" : "DAGs match"}`)
+        : pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }),
       h("h2", { id: "ts-assets" }, "Assets with state"),
       assetRows.length ? table("Assets with state", ["Asset", "Keys"], assetRows) : h("p", { class: "ts-empty" }, "No asset state yet."));
   }
