@@ -61,7 +61,7 @@ DISCOVERY_FIELDS: Final = frozenset(
     {"dags", "dag_id", "dag_runs", "dag_run_id", "task_instances", "task_id", "assets", "keys"}
 )
 WRITER_FIELDS: Final = frozenset(
-    {"kind", "dag_id", "run_id", "task_id", MAP_INDEX, "subject", WRITE_ID}
+    {"kind", "dag_id", "run_id", "task_id", MAP_INDEX, "subject", "via", "user", WRITE_ID}
 )
 HEALTH_FIELDS: Final = frozenset({"status", "backend", "version"})
 FIELDS: Final = frozenset(
@@ -85,6 +85,7 @@ IF_MATCH: Final = "If-Match"
 IF_NONE_MATCH: Final = "If-None-Match"
 ERROR_HEADER: Final = "X-Taskstate-Error"
 WRITE_ID_HEADER: Final = "X-Taskstate-Write-Id"
+VIA_HEADER: Final = "X-Taskstate-Via"  # "ui" from the state pages (writers.api_writer)
 JSON_TYPE: Final = "application/json"
 
 

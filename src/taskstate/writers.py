@@ -8,6 +8,8 @@ from a task is `api`; `via` says which of taskstate's doors it came through, and
 - `{"kind": "task", "dag_id", "run_id", "task_id", "map_index"}`: a task's own write — the
   default of a task accessor, inside Airflow and in plain Python (`writer=` says otherwise);
 - `{"kind": "api", "subject": ...}`: the HTTP API, as the caller's credentials name it;
+- `{"kind": "api", "via": "ui", "subject": ...}`: the same through the state pages (they say so
+  with the `X-Taskstate-Via: ui` header; the subject still comes from the credentials);
 - `{"kind": "api", "via": "cli", "user": <OS user>}`: `taskstate task set` / `asset set` /
   `variables migrate`;
 - `{"kind": "api", "via": "import", "user": <OS user>}`: a line of an export file written before
@@ -41,6 +43,17 @@ def task_writer(scope: TaskScope) -> Writer:
     }
 
 
+VIAS: Final = ("ui",)
+"""The `via` an HTTP client may claim for itself (the header is a label, never a credential)."""
+
+
+def api_writer(subject: str, via: str | None = None) -> Writer:
+    """A caller of the HTTP API, named by its credentials; `via` when it is one of `VIAS`."""
+    if via in VIAS:
+        return {"kind": "api", "via": via, "subject": subject}
+    return {"kind": "api", "subject": subject}
+
+
 def cli_writer() -> Writer:
     """A person at the `taskstate` command, named by their operating-system account."""
     return {"kind": "api", "via": "cli", "user": os_user()}
@@ -61,8 +74,8 @@ def os_user() -> str:
 
 
 def describe(writer: Writer | None) -> str:
-    """A writer in a few words, for tables: "task", "cli: alice", "api: ops", "import: alice",
-    "" when unknown."""
+    """A writer in a few words, for tables: "task", "cli: alice", "api: ops", "ui: ops",
+    "import: alice", "" when unknown."""
     if writer is None:
         return ""
     via, who = writer.get("via"), writer.get("user") or writer.get("subject")

@@ -124,7 +124,7 @@ def test_admin_sees_edits_deletes_and_clears(
         with deployment.home.store() as store:
             entry = store.task_state(load).entry("offset")
             assert entry is not None and entry.value == 100
-            assert entry.updated_by == {"kind": "api", "subject": "admin"}
+            assert entry.updated_by == {"kind": "api", "via": "ui", "subject": "admin"}
 
         view.get_by_role("button", name="Delete job").click()
         view.get_by_role("alertdialog").get_by_role("button", name="Delete key").click()

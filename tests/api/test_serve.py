@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -32,13 +34,13 @@ def _free_port() -> int:
 
 @contextmanager
 def serving(
-    tmp_path: Path, env: dict[str, str], url: str | None = None
+    tmp_path: Path, env: dict[str, str], url: str | None = None, *options: str
 ) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """`taskstate serve` on a free loopback port, on `url` (default: a SQLite file)."""
+    """`taskstate serve [options]` on a free loopback port, on `url` (default: a SQLite file)."""
     port = _free_port()
     url = url or f"sqlite:///{tmp_path}/s.db"
     proc = subprocess.Popen(
-        [*TASKSTATE, "--url", url, "serve", "--port", str(port)],
+        [*TASKSTATE, "--url", url, "serve", "--port", str(port), *options],
         env=env,
         stderr=subprocess.PIPE,
         text=True,
@@ -68,6 +70,50 @@ def test_open_server_on_loopback_says_so(tmp_path: Path) -> None:
         )
         assert response.status_code == 204
     assert "OPEN" in proc.stderr.read()  # type: ignore[union-attr]
+
+
+def test_the_banner_names_urls_that_answer_and_a_busy_port_fails_first(tmp_path: Path) -> None:
+    with serving(tmp_path, _env(tmp_path)) as (base, proc):
+        assert proc.stderr is not None
+        banner = "".join(proc.stderr.readline() for _ in range(4))
+        urls = re.findall(r"http://\S+", banner)
+        assert f"{base}/taskstate/ui/" in urls and len(urls) == 3, banner
+        for url in urls:
+            assert httpx.get(url).status_code == 200, url
+        port = base.rsplit(":", 1)[1]
+        busy = subprocess.run(
+            [*TASKSTATE, "--url", f"sqlite:///{tmp_path}/s.db", "serve", "--port", port],
+            env=_env(tmp_path), capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert busy.returncode == 1
+    assert f"port {port} on 127.0.0.1 is in use" in busy.stderr
+    assert "http://" not in busy.stderr  # no banner for a server that never served
+
+
+def test_json_log_has_a_line_per_request_and_an_audit_line_per_write(tmp_path: Path) -> None:
+    task = "/taskstate/api/v2/dags/etl/dagRuns/r1/taskInstances/load/state-store"
+    with serving(tmp_path, _env(tmp_path), None, "--log-format", "json") as (base, proc):
+        assert httpx.put(f"{base}{task}/cursor", json={"value": "s3cret-v4lue"}).status_code == 204
+        assert httpx.get(f"{base}{task}/cursor").json()["value"] == "s3cret-v4lue"
+        assert httpx.delete(f"{base}{task}/cursor").status_code == 204
+        assert httpx.delete(f"{base}{task}?map_index=-1").status_code == 204
+        assert httpx.put(f"{base}{task}/k", content=b"{").status_code == 422  # no write
+    assert proc.stderr is not None
+    lines = [json.loads(line) for line in proc.stderr.read().splitlines() if line.startswith("{")]
+    access = [(x["method"], x["path"], x["status"]) for x in lines if x.get("event") == "access"]
+    assert access[-5:] == [
+        ("PUT", f"{task}/cursor", 204), ("GET", f"{task}/cursor", 200),
+        ("DELETE", f"{task}/cursor", 204), ("DELETE", f"{task}?map_index=-1", 204),
+        ("PUT", f"{task}/k", 422),
+    ]  # fmt: skip
+    audit = [
+        (x["action"], x["who"], x["scope"], x["key"]) for x in lines if x.get("event") == "audit"
+    ]
+    who = {"kind": "api", "subject": "anonymous"}
+    where = {"dag_id": "etl", "run_id": "r1", "task_id": "load", "map_index": -1}
+    assert audit == [("set", who, where, "cursor"), ("delete", who, where, "cursor"),
+                     ("clear", who, where, None)]  # fmt: skip
+    assert "s3cret" not in json.dumps(lines)  # never the value
 
 
 def test_refuses_a_public_host_without_a_key(tmp_path: Path) -> None:

@@ -83,12 +83,37 @@ def standalone_views(browser: Browser, ui: str, prefix: str) -> None:
     phone.close()
 
 
+def conflict_and_dark(browser: Browser, ui: str, store: StateStore) -> None:
+    """The 412 dialog (a CLI write while the editor was open) and the dark theme."""
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    task = "?dag_id=orders_etl&run_id=scheduled__2026-12-01T00:00:00%2B00:00&task_id=load"
+    page.goto(ui + task)
+    page.get_by_role("button", name="Edit offset").click()
+    expect(page.get_by_role("dialog")).to_be_visible()
+    load = TaskScope("orders_etl", "scheduled__2026-12-01T00:00:00+00:00", "load", -1)
+    cli = {"kind": "api", "via": "cli", "user": "alice"}
+    store.task_state(load, writer=cli).set("offset", 48377)
+    page.get_by_role("dialog").get_by_label("Value (JSON)").fill("50000")
+    page.get_by_role("dialog").get_by_role("button", name="Save").click()
+    expect(page.get_by_role("alertdialog")).to_be_visible()
+    shoot(page, "ui-serve-conflict")
+    context.close()
+    dark = browser.new_context(viewport=DESKTOP, color_scheme="dark")
+    page = dark.new_page()
+    page.goto(ui + task)
+    expect(page.locator("td.ts-key", has_text="offset")).to_be_visible()
+    shoot(page, "ui-serve-dark")
+    dark.close()
+
+
 def standalone(browser: Browser) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = StateStore(f"sqlite:///{tmp}/state.db")
         example_state(store)
         with store, running(standalone_app(store, None)) as base:
             standalone_views(browser, f"{base}/taskstate/ui/", "ui-serve")
+            conflict_and_dark(browser, f"{base}/taskstate/ui/", store)
 
 
 def main(versions: list[str]) -> None:

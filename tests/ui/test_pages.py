@@ -101,7 +101,7 @@ def test_edit_keeps_the_expiry_unless_changed(served: Served, page: Page) -> Non
     after = state.entry("big")
     assert after is not None and after.value == {"rows": [1, 2, 3]}
     assert after.expires_at == before.expires_at
-    assert after.updated_by == {"kind": "api", "subject": "anonymous"}
+    assert after.updated_by == {"kind": "api", "via": "ui", "subject": "anonymous"}
 
     page.get_by_role("button", name="Edit big").click()
     editor = page.get_by_role("dialog", name="Edit big")
@@ -158,7 +158,7 @@ def test_bad_json_and_refused_values_show_the_error_and_change_nothing(
     requests: list[str] = []
     expect(row(page, "offset")).to_be_visible()
     page.on("request", lambda r: requests.append(r.method) if "state-store" in r.url else None)
-    page.get_by_role("button", name="Edit offset").click()
+    page.get_by_role("button", name="Edit offset").click()  # reads the key's ETag first
     editor = page.get_by_role("dialog", name="Edit offset")
     value = editor.get_by_label("Value (JSON)")
     value.fill('{"n": 43,}')
@@ -170,11 +170,11 @@ def test_bad_json_and_refused_values_show_the_error_and_change_nothing(
     expect(editor.get_by_role("alert")).to_have_text(
         "null cannot be stored: delete the key instead."
     )
-    assert requests == []  # refused before sending
+    assert requests == ["GET"]  # refused before sending
     value.fill('"' + "x" * 2000 + '"')  # over the server's 1 KiB limit: its 422, inline
     editor.get_by_role("button", name="Save").click()
     expect(editor.get_by_role("alert")).to_contain_text("1024")
-    assert requests == ["PATCH"]
+    assert requests == ["GET", "PATCH"]
     expect(editor).to_be_visible()  # still open with the text, to fix it
     editor.get_by_role("button", name="Cancel").click()
     assert served.store.task_state(LOAD).get("offset") == {"n": 42}
@@ -241,13 +241,54 @@ def test_asset_view_shows_who_wrote_each_key_and_edits(served: Served, page: Pag
     page.get_by_role("button", name="Edit watermark").click()
     page.get_by_role("dialog").get_by_label("Value (JSON)").fill('"2026-02-01"')
     page.get_by_role("dialog").get_by_role("button", name="Save").click()
-    expect(row(page, "watermark")).to_contain_text("user anonymous")
+    expect(row(page, "watermark")).to_contain_text("ui: anonymous")
     assert served.store.asset_state(AssetScope(name="orders")).get("watermark") == "2026-02-01"
     page.get_by_role("button", name="Delete rows").click()
     expect(page.get_by_role("alertdialog")).to_contain_text("Asset orders loses")
     page.get_by_role("alertdialog").get_by_role("button", name="Delete key").click()
     expect(row(page, "rows")).to_have_count(0)
     assert served.store.asset_state(AssetScope(name="orders")).get("rows") is None
+
+
+def test_edit_and_delete_never_overwrite_a_change_they_did_not_see(
+    served: Served, page: Page
+) -> None:
+    seed(served)
+    state = served.store.task_state(LOAD)
+    page.goto(task_url(served))
+    expect(row(page, "job")).to_contain_text("j-1")
+    cli = {"kind": "api", "via": "cli", "user": "alice"}
+    served.store.task_state(LOAD, writer=cli).set("job", {"id": "j-2"})  # after the page read it
+    page.get_by_role("button", name="Edit job").click()
+    page.get_by_role("dialog").get_by_label("Value (JSON)").fill('{"id": "mine"}')
+    page.get_by_role("dialog").get_by_role("button", name="Save").click()
+    conflict = page.get_by_role("alertdialog", name='"job" changed since you read it')
+    expect(conflict).to_contain_text('"j-2"')
+    expect(conflict).to_contain_text("cli: alice")  # not "user undefined"
+    conflict.get_by_role("button", name="Keep the newer value").click()
+    expect(page.get_by_role("status")).to_have_text("Kept the newer value of job.")
+    assert state.get("job") == {"id": "j-2"}
+
+    page.get_by_role("button", name="Edit job").click()  # the editor read this version ...
+    expect(page.get_by_role("dialog")).to_be_visible()
+    served.store.task_state(LOAD, writer=cli).set("job", {"id": "j-3"})  # ... which moves on
+    page.get_by_role("dialog").get_by_label("Value (JSON)").fill('{"id": "mine"}')
+    page.get_by_role("dialog").get_by_role("button", name="Save").click()
+    conflict = page.get_by_role("alertdialog", name='"job" changed since you read it')
+    expect(conflict).to_contain_text('"j-3"')
+    conflict.get_by_role("button", name="Overwrite with mine").click()
+    expect(page.get_by_role("status")).to_have_text("Saved job.")
+    assert state.get("job") == {"id": "mine"}
+    expect(row(page, "job")).to_contain_text("ui: anonymous")
+
+    page.get_by_role("button", name="Delete offset").click()
+    served.store.task_state(LOAD, writer=cli).set("offset", {"n": 43})
+    page.get_by_role("alertdialog").get_by_role("button", name="Delete key").click()
+    conflict = page.get_by_role("alertdialog", name='"offset" changed since you read it')
+    expect(conflict).to_contain_text("43")
+    conflict.get_by_role("button", name="Keep the newer value").click()
+    expect(page.get_by_role("status")).to_have_text("Kept the newer value of offset.")
+    assert state.get("offset") == {"n": 43}
 
 
 def test_sign_in_with_a_token_and_read_only_users_change_nothing(
@@ -328,3 +369,59 @@ def test_the_airflow_tab_address_leads_to_the_task(
     page.goto(f"{served.ui}ti/{path}")
     expect(row(page, "k").locator("pre")).to_have_text(f'"{run_id}"')
     assert page.url.startswith(served.ui + "?")
+
+
+def test_on_call_at_scale_jump_zone_pages_filters_dark_and_sign_out(
+    secured: Served, browser: Browser
+) -> None:
+    seed(secured)
+    state = secured.store.task_state(LOAD)
+    for n in range(30):
+        state.set(f"k{n:02d}", n)
+    secured.store.asset_state(AssetScope(name="orders")).set("rows", 1)
+    secured.store.task_state(TaskScope("secret", "run1", "t", -1)).set("k", 1)
+    context = browser.new_context(color_scheme="dark", timezone_id="Asia/Tokyo")
+    page = context.new_page()
+    page.goto(secured.ui)
+    page.get_by_label("taskstate token", exact=False).fill(
+        secured.token(dag_ids=("etl*", "billing"), assets=("orders",), subject="oncall")
+    )
+    page.get_by_role("button", name="Use token").click()
+    background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+    assert background == "rgb(13, 17, 23)"  # prefers-color-scheme: dark
+
+    for dag in ("etl_daily", "etl_hourly", "billing"):
+        secured.store.task_state(TaskScope(dag, "r", "t", -1)).set("k", 1)
+    page.get_by_label("Search DAGs").fill("ETL_")
+    page.keyboard.press("Enter")
+    expect(page.get_by_text("2 DAGs match")).to_be_visible()
+    expect(page.get_by_role("link", name="etl_hourly")).to_be_visible()
+    expect(page.get_by_role("link", name="billing")).to_have_count(0)
+    page.get_by_label("Go to DAG, run or task").fill("etl run1 load")
+    page.keyboard.press("Enter")
+    expect(page.get_by_role("heading", name="Task state: load")).to_be_visible()
+    updated = row(page, "k00").locator("td").nth(2)
+    iso = updated.locator("time").get_attribute("datetime")
+    assert iso is not None
+    expect(updated).to_have_text(f"{iso[:10]} {iso[11:19]} UTC")  # UTC, labelled, by default
+    page.get_by_label("Times").select_option("local")
+    expect(row(page, "k00").locator("td").nth(2)).to_contain_text("GMT+9")  # Tokyo, labelled
+
+    page.get_by_role("button", name="Next").click()
+    expect(page.get_by_text("26–33 of 33")).to_be_visible()
+    assert "offset=25" in page.url
+    page.reload()  # the page number is in the address
+    expect(page.get_by_text("26–33 of 33")).to_be_visible()
+
+    page.goto(f"{secured.ui}?asset=orders")
+    page.get_by_label("Filter keys (prefix)").fill("wat")
+    expect(row(page, "rows")).to_have_count(0)
+    expect(row(page, "watermark")).to_be_visible()
+    assert "key_prefix=wat" in page.url
+
+    page.goto(f"{secured.ui}?dag_id=secret&run_id=run1&task_id=t")
+    expect(page.get_by_role("alert")).to_contain_text("You may not see this task instance's state")
+    page.get_by_role("button", name="Use another token").click()
+    expect(page.get_by_role("heading", name="Sign in to see state")).to_be_visible()
+    assert page.evaluate("sessionStorage.getItem('taskstate.token')") is None
+    context.close()

@@ -40,7 +40,9 @@ class AssetStateBody(_Body):
 
 
 class LastUpdatedBy(BaseModel):
-    """Who wrote a key last: a task instance, a watcher, or an API caller (`subject`)."""
+    """Who wrote a key last: a task instance, a watcher, or an API caller (`subject`); `via`
+    says which door a person used (`ui`, `cli`, `import`; `taskstate.writers`), `user` their
+    operating-system account for `cli`/`import`."""
 
     kind: Literal["task", "watcher", "api"]
     dag_id: str | None = None
@@ -48,6 +50,8 @@ class LastUpdatedBy(BaseModel):
     task_id: str | None = None
     map_index: int | None = None
     subject: str | None = None
+    via: str | None = None
+    user: str | None = None
     write_id: str | None = Field(
         default=None, description="The writer's id of this write (`X-Taskstate-Write-Id`)."
     )

@@ -5,6 +5,7 @@ method and status; and `GET /taskstate/metrics`, the process's totals as Prometh
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
 from time import perf_counter
 from typing import Annotated
 
@@ -47,20 +48,32 @@ class RequestMetrics:
         if scope["type"] != "http" or not self.metrics.enabled:
             await self.app(scope, receive, send)
             return
-        status = 500  # what the client sees if the app raises before responding
         start = perf_counter()
 
-        async def observed(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, observed)
-        finally:
+        def done(status: int) -> None:
             route = getattr(scope.get("route"), "name", None) or "unmatched"
             record(self.metrics, route, scope["method"], status, perf_counter() - start)
+
+        await observed(self.app, scope, receive, send, done)
+
+
+async def observed(
+    app: ASGIApp, scope: Scope, receive: Receive, send: Send, done: Callable[[int], None]
+) -> None:
+    """Run `app`, then `done(status it answered)` — also when it raised (then 500, what the
+    client sees if the app raises before responding)."""
+    status = 500
+
+    async def sending(message: Message) -> None:
+        nonlocal status
+        if message["type"] == "http.response.start":
+            status = message["status"]
+        await send(message)
+
+    try:
+        await app(scope, receive, sending)
+    finally:
+        done(status)
 
 
 def record(metrics: Metrics, route: str, method: str, status: int, seconds: float) -> None:

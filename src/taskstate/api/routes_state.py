@@ -21,6 +21,7 @@ statement behind a request. The OpenAPI document still describes these routes
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
@@ -38,6 +39,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from taskstate.api import errors, models
 from taskstate.api.auth import Method, Principal, require_asset, require_task
 from taskstate.api.context import INT64, AppContext
+from taskstate.api.logs import AUDIT, audit
 from taskstate.api.routes_metrics import record
 from taskstate.errors import (
     InvalidScopeError,
@@ -51,13 +53,14 @@ from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
 from taskstate.wire import (
     EXPIRES_AT,
     EXPIRES_IN,
+    VIA_HEADER,
     WRITE_ID,
     WRITE_ID_HEADER,
     asset_entry,
     quoted,
     task_entry,
 )
-from taskstate.writers import task_writer
+from taskstate.writers import api_writer, task_writer
 
 T = TypeVar("T")
 
@@ -303,7 +306,23 @@ async def _serve(
             index = None if address.all_map_indices else scope_.map_index
             await _check_instance(ctx, scope_.dag_id, scope_.run_id, scope_.task_id, index)
     # 5. the body (read by the handler) and the store
-    return await _HANDLERS[route, raw_key is not None, verb](ctx, request, principal, address)
+    answer = await _HANDLERS[route, raw_key is not None, verb](ctx, request, principal, address)
+    if method != "GET" and answer[0] < 300:
+        _audit(verb, principal, request, address)
+    return answer
+
+
+def _audit(verb: str, principal: Principal, request: Request, address: Address) -> None:
+    """The write's audit line (`taskstate serve --log-format`); never its value."""
+    if not AUDIT.isEnabledFor(logging.INFO):
+        return
+    if verb == "PUT" or verb == "PATCH":
+        action = "set" if verb == "PUT" else "patch"
+    elif address.key is not None:
+        action = "delete"
+    else:
+        action = "clear-all-map-indices" if address.all_map_indices else "clear"
+    audit(action, _writer(principal, request), address.scope, address.key)
 
 
 _ID_NAMES = ("dag_id", "dag_run_id", "task_id")
@@ -452,7 +471,7 @@ def _writer(principal: Principal, request: Request) -> dict[str, Any]:
     whose answer was lost reads the key back and finds its own write by it)."""
     instance = principal.task_instance  # a task-instance token writes as that task
     writer: dict[str, Any] = (
-        {"kind": "api", "subject": principal.subject}
+        api_writer(principal.subject, request.headers.get(VIA_HEADER))
         if instance is None
         else task_writer(TaskScope(*instance))
     )

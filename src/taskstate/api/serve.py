@@ -6,8 +6,10 @@ and write all state), so it binds only to loopback then, and says so on start-up
 
 from __future__ import annotations
 
+import errno
 import ipaddress
 import os
+import socket
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -40,8 +42,11 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def standalone_app(store: StateStore, keys: SigningKeys | None) -> ASGIApp:
-    """The app at `/taskstate`, authenticated by taskstate tokens (open without a key)."""
+def standalone_app(
+    store: StateStore, keys: SigningKeys | None, *, access_log: bool = False
+) -> ASGIApp:
+    """The app at `/taskstate`, authenticated by taskstate tokens (open without a key);
+    `access_log`: a `taskstate.access` line per request (`taskstate.api.logs`)."""
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
@@ -53,8 +58,14 @@ def standalone_app(store: StateStore, keys: SigningKeys | None) -> ASGIApp:
     mounted = Starlette(routes=[Mount(BASE_PATH, app)])
     # The state routes first: the hot path skips the mount and FastAPI's middleware stack.
     state = StateRoutes(mounted, app.state.taskstate, prefix=BASE_PATH)
-    served = RefuseControlCharacters(state)
-    return served if keys is not None else LoopbackHostOnly(served)
+    served: ASGIApp = RefuseControlCharacters(state)
+    if keys is None:
+        served = LoopbackHostOnly(served)
+    if access_log:  # outermost: refusals (421, control characters) are logged too
+        from taskstate.api.logs import AccessLog
+
+        served = AccessLog(served)
+    return served
 
 
 class LoopbackHostOnly:
@@ -102,6 +113,14 @@ def _loopback_host(scope: Any) -> bool:
     type=click.Choice(["critical", "error", "warning", "info", "debug"]),
 )
 @click.option(
+    "--log-format",
+    default="text",
+    show_default=True,
+    type=click.Choice(["text", "json"]),
+    help="Each request's access line and each write's audit line (who, scope, key; never "
+    "the value), and the server's own lines, as text or one JSON object per line.",
+)
+@click.option(
     "--workers",
     default=1,
     show_default=True,
@@ -110,12 +129,19 @@ def _loopback_host(scope: Any) -> bool:
 )
 @click.pass_context
 def serve(
-    ctx: click.Context, host: str, port: int, url: str | None, log_level: str, workers: int
+    ctx: click.Context,
+    host: str,
+    port: int,
+    url: str | None,
+    log_level: str,
+    log_format: str,
+    workers: int,
 ) -> None:
     """Serve the state store over HTTP (Airflow 3.3's state-store routes under /taskstate)."""
     require_server_extra()
     import uvicorn
 
+    from taskstate.api.logs import log_config
     from taskstate.api.tokens import SigningKeys
     from taskstate.metrics import configured
     from taskstate.store import StateStore
@@ -135,13 +161,25 @@ def serve(
         else "OPEN: no [state_store] taskstate_secret_key, so every request may read and write "
         "all state (loopback only)"
     )
-    click.echo(f"taskstate serve: http://{host}:{port}/taskstate -> {store!r}; {mode}", err=True)
+    try:
+        _check_port(host, port)
+    except click.ClickException:
+        store.close()
+        raise
+    base = f"http://{f'[{host}]' if ':' in host else host}:{port}/taskstate"
+    click.echo(
+        f"taskstate serve: {store!r}; {mode}\n"
+        f"  UI:      {base}/ui/\n"
+        f"  API:     {base}/docs (its routes under /taskstate/api/v2/)\n"
+        f"  health:  {base}/health",
+        err=True,
+    )
     options: dict[str, Any] = {
-        "host": host, "port": port, "log_level": log_level,
-        "access_log": log_level == "debug", "server_header": False,
+        "host": host, "port": port, "log_level": log_level, "server_header": False,
+        "access_log": False, "log_config": log_config(log_level, log_format),  # logs.AccessLog
     }  # fmt: skip
     if workers == 1:
-        uvicorn.run(standalone_app(store, keys), **options)
+        uvicorn.run(standalone_app(store, keys, access_log=True), **options)
         return
     # Each process imports and builds its own app (`worker_app`), with the same store URL.
     store.close()
@@ -154,6 +192,23 @@ def serve(
 _URL_ENV = "TASKSTATE_SERVE_URL"
 
 
+def _check_port(host: str, port: int) -> None:
+    """Bind as uvicorn will (SO_REUSEADDR) and let go, so a busy port fails here, before the
+    banner says where we serve, with a sentence instead of uvicorn's errno line."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise click.ClickException(
+                    f"port {port} on {host} is in use (another taskstate serve?): stop it or "
+                    "choose another with --port"
+                ) from None
+            raise click.ClickException(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
 def worker_app() -> ASGIApp:
     """The app of one `taskstate serve --workers N` process. Prometheus metrics are this
     process's own."""
@@ -162,4 +217,4 @@ def worker_app() -> ASGIApp:
     from taskstate.store import StateStore
 
     store = StateStore(os.environ.get(_URL_ENV) or None, metrics=configured(prometheus=True))
-    return standalone_app(store, SigningKeys.load())
+    return standalone_app(store, SigningKeys.load(), access_log=True)

@@ -20,6 +20,7 @@
   const PAGE_SIZE = 25;
   const FOLD_CHARS = 240;
   const TOKEN_KEY = "taskstate.token";
+  const ZONE_KEY = "taskstate.zone"; // "utc" (default, as Airflow) or "local"
   const params = new URLSearchParams(location.search);
   let airflowToken = null;
 
@@ -33,7 +34,7 @@
     return encodeURIComponent(key);
   }
 
-  async function call(method, path, { query = {}, body, headers = {}, base = API } = {}) {
+  async function call(method, path, { query = {}, body, headers = {}, base = API, cache } = {}) {
     const url = new URL(path, base);
     for (const [name, value] of Object.entries(query)) {
       if (value !== undefined && value !== null && value !== "") url.searchParams.set(name, value);
@@ -41,17 +42,18 @@
     const sent = { Accept: "application/json", ...headers };
     if (body !== undefined) sent["Content-Type"] = "application/json";
     if (cfg.csrf && method !== "GET") sent["X-CSRFToken"] = cfg.csrf;
+    if (method !== "GET") sent["X-Taskstate-Via"] = "ui"; // recorded as {"kind":"api","via":"ui",...}
     const token = sessionStorage.getItem(TOKEN_KEY) || airflowToken;
     if (token) sent.Authorization = `Bearer ${token}`;
     const response = await fetch(url, {
-      method, headers: sent, credentials: "same-origin",
+      method, headers: sent, credentials: "same-origin", cache,
       body: body === undefined ? undefined : JSON.stringify(body),
     });
     if (response.status === 401) {
       const stored = localStorage.getItem("token"); // Airflow 3.0's UI keeps its JWT here
       if (!token && stored) {
         airflowToken = stored;
-        return call(method, path, { query, body, headers, base });
+        return call(method, path, { query, body, headers, base, cache });
       }
       throw new AuthError(await message(response));
     }
@@ -70,6 +72,42 @@
     const response = await call("GET", path, { query });
     if (!response.ok) throw new Error(await message(response));
     return response.json();
+  }
+
+  // -- writes that never overwrite unseen changes -------------------------------------------
+
+  const KEPT = { kept: true }; // the person kept a newer value instead of writing theirs
+  const NO_VERSION = '"not-the-current-version"'; // an If-Match no ETag matches
+
+  // The key as the server holds it now, with its ETag (listings carry none); null if absent.
+  async function current(path, query) {
+    const response = await call("GET", path, { query, cache: "no-store" });
+    if (response.status === 404) return null;
+    if (!response.ok) throw new Error(await message(response));
+    return { entry: await response.json(), etag: response.headers.get("ETag") };
+  }
+
+  // The ETag of the version the page shows; if the key moved on since the page read it, a tag
+  // that matches nothing, so the write answers 412 and the person sees the newer value.
+  async function versionOf(path, query, shown) {
+    const now = await current(path, query);
+    const same = now && now.entry.updated_at === shown.updated_at
+      && JSON.stringify(now.entry.value) === JSON.stringify(shown.value);
+    return same ? now.etag : NO_VERSION;
+  }
+
+  // Send `send(tag)` (tag null: the key is gone) until it is not refused with 412; on each 412
+  // show the newer value and let the person choose. Resolves null when written, KEPT when they
+  // kept the newer value, else the server's message.
+  async function guarded(path, query, key, tag, send, mine) {
+    for (;;) {
+      const response = await send(tag);
+      if (response.status !== 412) return response.ok ? null : message(response);
+      const now = await current(path, query);
+      if (!now && mine === "Delete anyway") return null; // someone deleted it already
+      if (!(await conflictDialog(key, now && now.entry, mine))) return KEPT;
+      tag = now ? now.etag : null;
+    }
   }
 
   async function allowed(method, query) {
@@ -108,20 +146,30 @@
     return text ? `?${text}` : location.pathname;
   }
 
+  const local = () => localStorage.getItem(ZONE_KEY) === "local";
+
+  // "2026-12-01 16:20:13 UTC" by default; the browser's zone, labelled, when the person picks it.
+  function timeText(iso) {
+    const date = new Date(iso);
+    if (!local()) return `${date.toISOString().slice(0, 19).replace("T", " ")} UTC`;
+    return date.toLocaleString(undefined, { year: "numeric", month: "short", day: "numeric", hour: "2-digit", minute: "2-digit", second: "2-digit", timeZoneName: "short" });
+  }
+
   function when(iso) {
     if (!iso) return "Never";
-    const date = new Date(iso);
-    return h("time", { datetime: iso, title: iso }, date.toLocaleString());
+    return h("time", { datetime: iso, title: iso }, timeText(iso));
   }
 
   function writer(by) {
     if (!by) return h("span", { class: "ts-empty" }, "unknown");
-    if (by.kind === "api") return `user ${by.subject}`;
     if (by.kind === "task") {
       const index = by.map_index !== null && by.map_index >= 0 ? ` [${by.map_index}]` : "";
       return `task ${by.dag_id}.${by.task_id}${index}, run ${by.run_id}`;
     }
-    return `${by.kind} ${by.subject || by.dag_id || ""}`.trim();
+    // As taskstate.writers.describe() words it: "ui: alice", "cli: bob", "api: ops".
+    const who = by.user || by.subject || by.dag_id;
+    const label = by.via || by.kind;
+    return who ? `${label}: ${who}` : label;
   }
 
   function valueCell(value) {
@@ -136,9 +184,30 @@
   const status = h("p", { class: "ts-status", role: "status", "aria-live": "polite" });
   const alertBox = h("p", { class: "ts-error", role: "alert" });
 
+  // What every view has on top: jump to a DAG / run / task, the time zone, the token.
+  function topBar() {
+    const target = h("input", { id: "ts-goto", type: "search", name: "goto", autocomplete: "off", placeholder: "etl  or  etl run1 load", "aria-describedby": "ts-goto-help" });
+    const go = h("form", { class: "ts-goto", role: "search", onsubmit: (event) => {
+      event.preventDefault();
+      // Airflow's DAG, run and task ids hold no spaces: "DAG [RUN [TASK]]".
+      const [dagId, runId, taskId] = target.value.trim().split(/\s+/);
+      if (dagId) location.search = href({ dag_id: dagId, run_id: runId, task_id: taskId });
+    } },
+    h("label", { for: "ts-goto" }, "Go to DAG, run or task", target),
+    h("span", { id: "ts-goto-help", class: "ts-visually-hidden" }, "A DAG id, optionally followed by a run id and a task id, separated by spaces"),
+    h("button", { type: "submit" }, "Go"));
+    const zone = h("select", { id: "ts-zone", onchange: (event) => { localStorage.setItem(ZONE_KEY, event.target.value); location.reload(); } },
+      h("option", { value: "utc", selected: !local() }, "UTC"),
+      h("option", { value: "local", selected: local() }, `Local (${Intl.DateTimeFormat().resolvedOptions().timeZone})`));
+    const signOut = sessionStorage.getItem(TOKEN_KEY)
+      ? h("button", { type: "button", onclick: () => { sessionStorage.removeItem(TOKEN_KEY); showLogin("Signed out: this tab forgot the token. Paste another one to go on."); } }, "Use another token")
+      : null;
+    return h("div", { class: "ts-topbar" }, go, h("span", { class: "ts-spacer" }), h("label", { for: "ts-zone" }, "Times", zone), signOut);
+  }
+
   // Replace the page's content; absent parts (null, false) are left out.
   function show(...parts) {
-    root.replaceChildren(...parts.filter((part) => part !== null && part !== undefined && part !== false));
+    root.replaceChildren(topBar(), ...parts.filter((part) => part !== null && part !== undefined && part !== false));
   }
 
   function say(text) { status.textContent = text; alertBox.textContent = ""; }
@@ -190,8 +259,29 @@
     });
   }
 
+  // The key changed (or went) since the person read it: show what it holds now. Resolves true
+  // when they choose `mine` (write theirs over it), false to keep the newer one.
+  function conflictDialog(key, newer, mine) {
+    return new Promise((resolve) => {
+      const dialog = h("dialog", { role: "alertdialog", "aria-labelledby": "ts-conflict-title", "aria-describedby": "ts-conflict-text" },
+        h("h2", { id: "ts-conflict-title" }, `"${key}" changed since you read it`),
+        newer
+          ? [h("p", { id: "ts-conflict-text" }, "It now holds this value, written by ", writer(newer.last_updated_by), " at ", when(newer.updated_at), ":"),
+            valueCell(newer.value)]
+          : h("p", { id: "ts-conflict-text" }, "Someone deleted it."),
+        h("div", { class: "ts-buttons" },
+          h("button", { type: "button", onclick: () => dialog.close("keep") }, newer ? "Keep the newer value" : "Keep it deleted"),
+          h("button", { type: "button", class: "ts-danger", onclick: () => dialog.close("mine") }, mine)));
+      dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "mine"); });
+      root.append(dialog);
+      dialog.showModal();
+      dialog.querySelector("button").focus(); // keeping theirs is the safe default
+    });
+  }
+
   // Add or edit one value. `entry` is null to add. `save(key, value, expiry)` returns null on
-  // success or the server's message, shown inline; expiry: "keep" | "default" | "never" | days.
+  // success, KEPT when the person kept a newer value, or the server's message, shown inline;
+  // expiry: "keep" | "default" | "never" | days. Resolves "saved", "kept" or "".
   function editorDialog({ title, entry, expiry, save }) {
     return new Promise((resolve) => {
       const error = h("p", { class: "ts-error", id: "ts-editor-error", role: "alert" });
@@ -205,7 +295,7 @@
           h("input", { type: "radio", name: "expiry", value, checked }), label, extra || null);
         retention = h("fieldset", {},
           h("legend", {}, "Expiry"),
-          entry ? option("keep", entry.expires_at ? `Keep (${new Date(entry.expires_at).toLocaleString()})` : "Keep (never expires)", true) : null,
+          entry ? option("keep", entry.expires_at ? `Keep (${timeText(entry.expires_at)})` : "Keep (never expires)", true) : null,
           option("default", "Default retention", !entry),
           option("never", "Never expires", false),
           option("days", "Expires in", false, h("span", {}, days, " days")));
@@ -247,10 +337,11 @@
         submit.disabled = true;
         const problem = await save(key, value, choice);
         submit.disabled = false;
+        if (problem === KEPT) { dialog.close("kept"); return; }
         if (problem) { error.textContent = problem; valueInput.focus(); return; }
         dialog.close("saved");
       });
-      dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "saved"); });
+      dialog.addEventListener("close", () => { dialog.remove(); resolve(["saved", "kept"].includes(dialog.returnValue) ? dialog.returnValue : ""); });
       root.append(dialog);
       dialog.showModal();
       (entry ? valueInput : keyInput).focus();
@@ -283,19 +374,37 @@
   // Discovery counts stop past 10,000 keys (the API answers 10001): shown as "10000+".
   const keyCount = (n) => (n > 10000 ? "10000+" : n);
 
+  // Every DAG holding state, 100 a request (the search runs over all of them, in the page).
+  async function allDags() {
+    const found = [];
+    for (let offset = 0; ; offset += 100) {
+      const page = await getJson("dags", { limit: 100, offset });
+      found.push(...page.dags);
+      if (!page.dags.length || found.length >= page.total_entries) return found;
+    }
+  }
+
   async function homeView() {
     const offset = Number(params.get("offset") || 0);
+    const search = (params.get("q") || "").trim();
     const [dags, assets] = await Promise.all([
-      getJson("dags", { limit: PAGE_SIZE, offset }),
+      search ? allDags().then((all) => all.filter((d) => d.dag_id.toLowerCase().includes(search.toLowerCase())))
+        : getJson("dags", { limit: PAGE_SIZE, offset }),
       getJson("assets", { limit: 100 }),
     ]);
-    const dagRows = dags.dags.map((d) => [h("a", { href: href({ dag_id: d.dag_id }) }, d.dag_id), keyCount(d.keys)]);
+    const listed = search ? dags : dags.dags;
+    const dagRows = listed.map((d) => [h("a", { href: href({ dag_id: d.dag_id }) }, d.dag_id), keyCount(d.keys)]);
     const assetRows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), keyCount(a.keys)]);
+    const box = h("input", { id: "ts-search", type: "search", name: "q", value: search, autocomplete: "off" });
     show(
       h("h1", {}, "State"), status, alertBox,
       h("h2", { id: "ts-dags" }, "DAGs with task state"),
-      dagRows.length ? table("DAGs with task state", ["DAG", "Keys"], dagRows) : h("p", { class: "ts-empty" }, "No task state yet."),
-      pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }),
+      h("form", { class: "ts-toolbar", role: "search", onsubmit: (event) => { event.preventDefault(); location.search = href({ q: box.value.trim() || undefined }); } },
+        h("label", { for: "ts-search" }, "Search DAGs (part of the id)", box), h("button", { type: "submit" }, "Search")),
+      dagRows.length ? table("DAGs with task state", ["DAG", "Keys"], dagRows)
+        : h("p", { class: "ts-empty" }, search ? `No DAG you may see has "${search}" in its id.` : "No task state yet."),
+      search ? h("div", { class: "ts-pager" }, `${listed.length} ${listed.length === 1 ? "DAG matches" : "DAGs match"}`)
+        : pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }),
       h("h2", { id: "ts-assets" }, "Assets with state"),
       assetRows.length ? table("Assets with state", ["Asset", "Keys"], assetRows) : h("p", { class: "ts-empty" }, "No asset state yet."));
   }
@@ -318,7 +427,9 @@
     show(
       crumbs([["State", href({})], [dagId]]),
       h("h1", {}, `Runs of ${dagId} with state`), status, alertBox,
-      rows.length ? table("Runs", ["Run", "Keys"], rows) : h("p", { class: "ts-empty" }, "No run of this DAG holds state."),
+      rows.length ? table("Runs", ["Run", "Keys"], rows) : h("p", { class: "ts-empty" }, sessionStorage.getItem(TOKEN_KEY) || cfg.login
+        ? "No run of this DAG holds state that you may see: it holds none, or your token or role does not cover this DAG."
+        : "No run of this DAG holds state."),
       pager(runs.total_entries, offset, (o) => { location.search = href({ dag_id: dagId, offset: o }); }));
   }
 
@@ -342,6 +453,23 @@
       rows.length ? table("Task instances", ["Task", "Map index", "Keys"], rows) : h("p", { class: "ts-empty" }, "No task of this run holds state."));
   }
 
+  // The key-prefix filter of a task's or asset's keys (the API's `key_prefix`).
+  function keyFilter(prefix, onChange) {
+    const input = h("input", { id: "ts-filter", type: "search", name: "key_prefix", value: prefix, autocomplete: "off" });
+    let timer;
+    input.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => onChange(input.value), 250); });
+    return h("label", { for: "ts-filter" }, "Filter keys (prefix)", input);
+  }
+
+  // Keep the page and filter in the address, so a reload or a shared link shows the same rows.
+  function remember(changes) {
+    const search = new URLSearchParams(location.search);
+    for (const [name, value] of Object.entries(changes)) {
+      if (value) search.set(name, value); else search.delete(name);
+    }
+    history.replaceState(null, "", `?${search}`);
+  }
+
   function taskPath(dagId, runId, taskId) {
     return `dags/${keyPath(dagId)}/dagRuns/${keyPath(runId)}/taskInstances/${keyPath(taskId)}/state-store`;
   }
@@ -351,6 +479,12 @@
     const all = requested === "all";
     const base = taskPath(dagId, runId, taskId);
     const scopeQuery = { dag_id: dagId, run_id: runId, task_id: taskId, map_index: requested };
+    if (!(await allowed("GET", scopeQuery))) {
+      show(crumbs([["State", href({})], [dagId, href({ dag_id: dagId })], [runId, href({ dag_id: dagId, run_id: runId })], [taskId]]),
+        h("h1", {}, `Task state: ${taskId}`),
+        h("p", { class: "ts-error", role: "alert" }, "You may not see this task instance's state: your token or role does not cover it. Ask for one that names this DAG (and run and task), or use another token."));
+      return;
+    }
     const siblings = (await allTaskInstances(dagId, runId)).filter((ti) => ti.task_id === taskId).map((ti) => ti.map_index);
     const indices = all ? siblings : [Number(requested)];
     const mapped = siblings.some((i) => i >= 0) || indices.some((i) => i >= 0);
@@ -359,7 +493,7 @@
       all ? false : allowed("DELETE", scopeQuery),
       mapped ? allowed("DELETE", { ...scopeQuery, map_index: "all" }) : false,
     ]);
-    let offset = 0;
+    let offset = Number(params.get("offset") || 0);
     let prefix = params.get("key_prefix") || "";
     const body = h("div", { id: "ts-entries" });
     const label = (index) => (index === -1 ? `task ${taskId}` : `task ${taskId} (map index ${index})`);
@@ -383,37 +517,45 @@
         rows.length ? table(`State of ${label(indices[0])}`, columns, rows) : h("p", { class: "ts-empty" }, prefix ? `No key starts with "${prefix}".` : "This task instance holds no state."),
         all ? h("p", { class: "ts-meta" }, `${total} keys across ${indices.length} map indices (at most 100 shown per index).`)
           : pager(total, offset, (o) => { offset = o; load().catch(report); }));
+      remember({ offset, key_prefix: prefix });
       say("");
     }
 
-    async function write(method, key, payload) {
-      const response = await call(method, `${base}/${keyPath(key)}`, { query: { map_index: indices[0] }, body: payload });
-      return response.ok ? null : message(response);
-    }
+    const keyQuery = { map_index: indices[0] };
 
     async function edit(entry) {
-      const saved = await editorDialog({
+      const tag = entry ? await versionOf(`${base}/${keyPath(entry.key)}`, keyQuery, entry) : null;
+      const outcome = await editorDialog({
         title: entry ? `Edit ${entry.key}` : `Add a key to ${label(indices[0])}`, entry, expiry: true,
         save: async (key, value, choice) => {
-          if (choice === "keep") return write("PATCH", key, { value });
-          const expires = choice === "default" ? "default" : choice === "never" ? null : new Date(Date.now() + choice * 86400000).toISOString();
-          if (entry) return write("PUT", key, { value, expires_at: expires });
-          const response = await call("PUT", `${base}/${keyPath(key)}`, { query: { map_index: indices[0] }, body: { value, expires_at: expires }, headers: { "If-None-Match": "*" } });
-          if (response.status === 412) return `The key "${key}" already exists: edit it instead.`;
-          return response.ok ? null : message(response);
+          const path = `${base}/${keyPath(key)}`;
+          const expires = choice === "keep" ? "default" : choice === "default" ? "default" : choice === "never" ? null : new Date(Date.now() + choice * 86400000).toISOString();
+          if (!entry) {
+            const response = await call("PUT", path, { query: keyQuery, body: { value, expires_at: expires }, headers: { "If-None-Match": "*" } });
+            if (response.status === 412) return `The key "${key}" already exists: edit it instead.`;
+            return response.ok ? null : message(response);
+          }
+          return guarded(path, keyQuery, key, tag, (version) => {
+            if (version === null) return call("PUT", path, { query: keyQuery, body: { value, expires_at: expires }, headers: { "If-None-Match": "*" } });
+            if (choice === "keep") return call("PATCH", path, { query: keyQuery, body: { value }, headers: { "If-Match": version } });
+            return call("PUT", path, { query: keyQuery, body: { value, expires_at: expires }, headers: { "If-Match": version } });
+          }, "Overwrite with mine");
         },
       });
-      if (saved) { await load(); say(entry ? `Saved ${entry.key}.` : "Added."); }
+      if (outcome) { await load(); say(outcome === "kept" ? `Kept the newer value of ${entry.key}.` : entry ? `Saved ${entry.key}.` : "Added."); }
     }
 
     async function removeKey(entry) {
+      const path = `${base}/${keyPath(entry.key)}`;
+      const tag = await versionOf(path, keyQuery, entry);
       const ok = await confirmDialog(`Delete "${entry.key}"?`,
         `The ${label(indices[0])} in run ${runId} loses the value of "${entry.key}": the next time it runs it behaves as if it had never stored it (a task tracking an external job under this key submits the job again).`,
         "Delete key");
       if (!ok) return;
-      const response = await call("DELETE", `${base}/${keyPath(entry.key)}`, { query: { map_index: indices[0] } });
-      if (!response.ok) { fail(await message(response)); return; }
-      await load(); say(`Deleted ${entry.key}.`);
+      const problem = await guarded(path, keyQuery, entry.key, tag,
+        (version) => call("DELETE", path, { query: keyQuery, headers: { "If-Match": version } }), "Delete anyway");
+      if (problem && problem !== KEPT) { fail(problem); return; }
+      await load(); say(problem === KEPT ? `Kept the newer value of ${entry.key}.` : `Deleted ${entry.key}.`);
     }
 
     async function clear(everyIndex) {
@@ -428,9 +570,7 @@
       offset = 0; await load(); say(everyIndex ? "Cleared every map index." : "Cleared.");
     }
 
-    const filter = h("input", { id: "ts-filter", type: "search", name: "key_prefix", value: prefix, autocomplete: "off" });
-    let timer;
-    filter.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(() => { prefix = filter.value; offset = 0; load().catch(report); }, 250); });
+    const filter = keyFilter(prefix, (value) => { prefix = value; offset = 0; load().catch(report); });
     const picker = mapped ? h("label", { for: "ts-map-index" }, "Map index",
       h("select", { id: "ts-map-index", onchange: (event) => { location.search = href({ dag_id: dagId, run_id: runId, task_id: taskId, map_index: event.target.value }); } },
         [...new Set([...siblings, ...(all ? [] : indices)])].sort((a, b) => a - b).map((i) => h("option", { value: i, selected: !all && i === indices[0] }, i === -1 ? "not mapped" : String(i))),
@@ -441,7 +581,7 @@
       h("h1", {}, `Task state: ${taskId}`),
       h("p", { class: "ts-meta" }, `DAG ${dagId} · run ${runId}${all ? " · all map indices" : indices[0] >= 0 ? ` · map index ${indices[0]}` : ""}`),
       h("div", { class: "ts-toolbar" },
-        h("label", { for: "ts-filter" }, "Filter keys (prefix)", filter), picker,
+        filter, picker,
         h("span", { class: "ts-spacer" }),
         mayPut ? h("button", { type: "button", class: "ts-primary", onclick: () => edit(null) }, "Add key") : null,
         mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => clear(false) }, "Clear task instance") : null,
@@ -455,48 +595,59 @@
   async function assetView(name) {
     const query = { name };
     const [mayPut, mayDelete] = await Promise.all([allowed("PUT", { asset: name }), allowed("DELETE", { asset: name })]);
-    let offset = 0;
+    let offset = Number(params.get("offset") || 0);
+    let prefix = params.get("key_prefix") || "";
     const body = h("div", { id: "ts-entries" });
 
     async function load() {
       say("Loading…");
-      const page = await getJson("assets/state-store", { ...query, limit: PAGE_SIZE, offset });
+      const page = await getJson("assets/state-store", { ...query, limit: PAGE_SIZE, offset, key_prefix: prefix });
       const columns = ["Key", "Value", "Updated at", "Last updated by", ...(mayPut || mayDelete ? ["Actions"] : [])];
       const rows = page.asset_state_store.map((entry) => [cell("ts-key", entry.key), valueCell(entry.value), cell("ts-when", when(entry.updated_at)), writer(entry.last_updated_by),
         ...(mayPut || mayDelete ? [cell("ts-actions", h("div", {},
           mayPut ? h("button", { type: "button", onclick: () => edit(entry), "aria-label": `Edit ${entry.key}` }, "Edit") : null,
           mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => removeKey(entry), "aria-label": `Delete ${entry.key}` }, "Delete") : null))] : [])]);
       body.replaceChildren(
-        rows.length ? table(`State of asset ${name}`, columns, rows) : h("p", { class: "ts-empty" }, "This asset holds no state."),
+        rows.length ? table(`State of asset ${name}`, columns, rows) : h("p", { class: "ts-empty" }, prefix ? `No key starts with "${prefix}".` : "This asset holds no state."),
         pager(page.total_entries, offset, (o) => { offset = o; load().catch(report); }));
+      remember({ offset, key_prefix: prefix });
       say("");
     }
 
     async function edit(entry) {
-      const saved = await editorDialog({
+      const tag = entry ? await versionOf(`assets/state-store/${keyPath(entry.key)}`, query, entry) : null;
+      const outcome = await editorDialog({
         title: entry ? `Edit ${entry.key}` : `Add a key to asset ${name}`, entry, expiry: false,
         save: async (key, value) => {
-          const response = await call("PUT", `assets/state-store/${keyPath(key)}`, { query, body: { value }, headers: entry ? {} : { "If-None-Match": "*" } });
+          const path = `assets/state-store/${keyPath(key)}`;
+          const put = (version) => call("PUT", path, { query, body: { value }, headers: version ? { "If-Match": version } : { "If-None-Match": "*" } });
+          if (entry) return guarded(path, query, key, tag, put, "Overwrite with mine");
+          const response = await put(null);
           if (response.status === 412) return `The key "${key}" already exists: edit it instead.`;
           return response.ok ? null : message(response);
         },
       });
-      if (saved) { await load(); say("Saved."); }
+      if (outcome) { await load(); say(outcome === "kept" ? `Kept the newer value of ${entry.key}.` : "Saved."); }
     }
 
     async function removeKey(entry) {
+      const path = `assets/state-store/${keyPath(entry.key)}`;
+      const tag = await versionOf(path, query, entry);
       const ok = await confirmDialog(`Delete "${entry.key}"?`,
         `Asset ${name} loses "${entry.key}": every task that reads it next sees no value (a watermark starts over from the beginning).`, "Delete key");
       if (!ok) return;
-      const response = await call("DELETE", `assets/state-store/${keyPath(entry.key)}`, { query });
-      if (!response.ok) { fail(await message(response)); return; }
-      await load(); say(`Deleted ${entry.key}.`);
+      const problem = await guarded(path, query, entry.key, tag,
+        (version) => call("DELETE", path, { query, headers: { "If-Match": version } }), "Delete anyway");
+      if (problem && problem !== KEPT) { fail(problem); return; }
+      await load(); say(problem === KEPT ? `Kept the newer value of ${entry.key}.` : `Deleted ${entry.key}.`);
     }
 
     show(
       crumbs([["State", href({})], [`asset ${name}`]]),
       h("h1", {}, `Asset state: ${name}`),
-      h("div", { class: "ts-toolbar" }, h("span", { class: "ts-spacer" }),
+      h("div", { class: "ts-toolbar" },
+        keyFilter(prefix, (value) => { prefix = value; offset = 0; load().catch(report); }),
+        h("span", { class: "ts-spacer" }),
         mayPut ? h("button", { type: "button", class: "ts-primary", onclick: () => edit(null) }, "Add key") : null),
       !mayPut && !mayDelete ? h("p", { class: "ts-readonly" }, "Read-only: you may see this state but not change it.") : null,
       status, alertBox, body);
