@@ -335,7 +335,7 @@ async def _asset(ctx: AppContext, ids: list[bytes], query: dict[str, str]) -> As
             _unprocessable(("path", "asset_id"), f"asset_id must be an integer, got {raw[:40]!r}")
         if _INT.fullmatch(raw) is None or int(raw) not in INT64:
             # past the 64-bit range: no asset has that id, and the database is not asked
-            raise HTTPException(status.HTTP_404_NOT_FOUND, f"Asset with id {raw[:40]} not found")
+            raise KeyNotFoundError(f"Asset with id {raw[:40]} not found")
         resolve = ctx.hosting.asset_by_id
         assert resolve is not None  # matched only when the host resolves ids
         found = await anyio.to_thread.run_sync(resolve, int(raw))
