@@ -1,6 +1,7 @@
 """The metric registry (`taskstate.metrics.names.REGISTRY`): `docs/metrics.md`'s table is
 generated from it, a name it does not declare cannot be recorded, and the resumable counters
-reach StatsD from a plain Python process (no Airflow) through it."""
+reach StatsD from a plain Python process (no Airflow) through it; the HTTP accessors are
+instrumented through the accessors' hook like the local ones."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.test_metrics import listener, parsed, received, run_python
+from tests.backends.test_http import Server
+from tests.test_metrics import listener, parsed, received, run_python, statsd_env
 
+from taskstate import StateStore, TaskScope
 from taskstate.metrics import COUNTER, REGISTRY, TIMER, Metrics, PrometheusSink, declared
 from taskstate.metrics.names import TABLE_END, TABLE_START, with_table
+from taskstate.remote import RemoteTaskState
+from taskstate.settings import Settings
 
 __all__ = ["listener"]  # the fixture, used by name below
 
@@ -54,14 +59,7 @@ def test_resumable_counters_reach_statsd_without_airflow(
 ) -> None:
     """A plain Python process (Airflow not installed in this venv): the mixin's counters go
     through taskstate's own StatsD sink, sent at exit."""
-    env = {
-        "AIRFLOW_HOME": str(tmp_path),
-        "AIRFLOW__METRICS__STATSD_ON": "True",
-        "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
-        "AIRFLOW__METRICS__STATSD_PORT": str(listener.getsockname()[1]),
-        "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True",
-        "AIRFLOW__METRICS__TASKSTATE_FLUSH_SECONDS": "3600",
-    }
+    env = {**statsd_env(tmp_path, listener), "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"}
     proc = run_python(
         f"""
         import sys
@@ -93,3 +91,38 @@ def test_python_m_taskstate_metrics_rewrites_a_pages_table(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert page.read_text(encoding="utf-8") == with_table(stale)
     assert "taskstate.gone" not in page.read_text(encoding="utf-8")
+
+
+def test_the_http_accessors_are_instrumented_through_the_hook(tmp_path: Path) -> None:
+    """A real `taskstate serve`: the remote accessor is timed per operation, and its hook
+    counts encoded bytes, a compare_and_set conflict and a 412 retry of `update`."""
+    server = Server(tmp_path)
+    try:
+        metrics = Metrics(prometheus=PrometheusSink(), flush_seconds=3600)
+        with StateStore(server.url, settings=Settings(), metrics=metrics) as store:
+            state = store.task_state(TaskScope("d", "r", "t"))
+            other = StateStore(server.url, settings=Settings()).task_state(TaskScope("d", "r", "t"))
+            assert type(state).__mro__[1] is RemoteTaskState  # the instrumented subclass
+            state.set("k", 1)
+            assert state.get("k") == 1
+            assert not state.compare_and_set("k", 7, 8)
+            raced: list[int] = []
+
+            def race(value: int) -> int:
+                if not raced:  # another writer commits between the read and the write
+                    raced.append(value)
+                    other.set("k", 5)
+                return value + 1
+
+            assert state.update("k", race) == 6
+            text = metrics.prometheus_text()
+    finally:
+        server.stop()
+    http = '{backend="http"}'
+    assert f"taskstate_task_set_seconds_count{http} 1" in text
+    assert f"taskstate_task_get_seconds_count{http} 1" in text
+    assert f"taskstate_task_update_seconds_count{http} 1" in text
+    assert f"taskstate_task_compare_and_set_conflicts_total{http} 1" in text
+    assert f"taskstate_task_retries_total{http} 1" in text
+    # "1", "8" (compare_and_set encodes `new` up front), "2" and "6" from the two update rounds
+    assert f"taskstate_task_value_bytes_total{http} 4" in text

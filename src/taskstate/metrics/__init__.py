@@ -12,8 +12,10 @@ option is read (`taskstate.settings.airflow_option`):
 - `taskstate serve` also keeps cumulative totals for `/taskstate/metrics` (Prometheus text).
 
 The hot path pays for none of this when metrics are off: `StateStore.task_state()` then
-returns the plain accessor class. When they are on it returns a subclass made here whose
-methods time the call and add it to in-process totals under one lock; a daemon thread sends
+returns the plain accessor class. When they are on it returns a subclass made through the
+accessors' documented hook (`_Accessor.OPERATIONS` to wrap, `AccessorHook` for the events
+inside an operation; the HTTP accessors keep both) whose methods time the call and add it to
+in-process totals without a lock; a daemon thread sends
 the totals every `[metrics] taskstate_flush_seconds` (default 10) and at exit — one datagram
 per metric per interval, never one per call. A timer is sent as the interval's mean, with
 `.calls` and `.total_ms` counters beside it: rates and call-weighted mean latencies
@@ -22,6 +24,10 @@ per metric per interval, never one per call. A timer is sent as the interval's m
 Tracing: when an OpenTelemetry tracer provider is configured (Airflow 3's `[traces] otel_on`
 configures the global one), each store call is a span, a child of the current span (Airflow's
 task span inside a task). A fault in any sink is logged and never fails the caller.
+
+The package, bottom up: `names` (the registry of every metric: nothing else may be recorded),
+`settings` (`[metrics]`), `sinks`, `instrumentation` (the accessor subclasses and tracing),
+`aggregation` (`Metrics`, the flush thread, `configured()`, `count_now`).
 """
 
 from __future__ import annotations

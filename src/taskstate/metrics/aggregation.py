@@ -278,17 +278,25 @@ class OpMeter:
             (*self.tags, ("kind", self.kind), ("op", op)),
         )
 
-    def value(self, text: str) -> None:
+    # -- taskstate.accessors.AccessorHook: the events inside an operation --------------------
+
+    def encoded(self, text: str) -> None:
+        """A value encoded for writing: its UTF-8 size into `value_bytes`."""
         if self.on:
             slot = self._value_bytes
             slot[1] += len(text.encode("utf-8", "surrogatepass"))
             slot[0] += 1
 
     def offloaded(self, text: str) -> None:
+        """A value uploaded to object storage: `offload.bytes` and `offload.objects`."""
         if self.on:
             size = len(text.encode("utf-8", "surrogatepass"))
             self.metrics.count("taskstate.offload.bytes", size, self.tags)
             self.metrics.count("taskstate.offload.objects", 1, self.tags)
+
+    def retried(self) -> None:
+        """An atomic update ran again: `retries`."""
+        self.event("retries")
 
     def event(self, what: str) -> None:
         """A counted event of this accessor kind (conflicts, retries)."""

@@ -11,7 +11,8 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-# Operation -> the accessor method that every public twin (set/aset, update, …) goes through.
+# Operation -> the accessor method that every public twin (set/aset, update, …) goes through:
+# the accessors' instrumentation hook (`taskstate.accessors._Accessor.OPERATIONS`).
 OPERATIONS: dict[str, str] = {
     "get": "get",
     "set": "_set",
