@@ -12,19 +12,13 @@ from time import perf_counter
 from typing import TYPE_CHECKING, cast
 
 from taskstate.errors import ConfigError
+from taskstate.metrics import (
+    sinks as out,  # the sink classes, by module: `sinks` is a local name below
+)
 from taskstate.metrics.instrumentation import _CLASSES, A, _instrumented, active_tracer
 from taskstate.metrics.names import COUNTER, GAUGE, MAX_NAME, OPERATIONS, TIMER, Tags, declared
 from taskstate.metrics.settings import MetricsSettings
-from taskstate.metrics.sinks import (
-    AirflowSink,
-    OtelSink,
-    PrometheusSink,
-    Sample,
-    Sink,
-    StatsdSink,
-    _ready_airflow_stats,
-    airflow_stats,
-)
+from taskstate.metrics.sinks import PrometheusSink, Sample, Sink, airflow_stats
 
 if TYPE_CHECKING:
     from taskstate.cleanup import CleanupResult
@@ -66,18 +60,18 @@ class Metrics:
         """Airflow's Stats when Airflow is loaded, has set it up, and `[metrics]` turns a client
         on; else StatsD and/or OpenTelemetry from the same options."""
         sinks: list[Sink] = []
-        stats = _ready_airflow_stats() if settings.statsd_on or settings.otel_on else None
+        stats = out._ready_airflow_stats() if settings.statsd_on or settings.otel_on else None
         if stats is not None:
-            sinks.append(AirflowSink(stats))
+            sinks.append(out.AirflowSink(stats))
         else:
             if settings.statsd_on:
                 try:
-                    sinks.append(StatsdSink(settings))
+                    sinks.append(out.StatsdSink(settings))
                 except ConfigError as exc:  # state must keep working without its metrics
                     LOG.warning("%s", exc)
             if settings.otel_on:
                 try:
-                    sinks.append(OtelSink(settings))
+                    sinks.append(out.OtelSink(settings))
                 except ImportError:
                     LOG.warning("[metrics] otel_on is set but opentelemetry is not installed")
         return cls(
