@@ -16,6 +16,8 @@ stage bootstrap; bash scripts/bootstrap.sh
 V=.venv/bin
 stage ruff; "$V/ruff" check src tests bench examples; "$V/ruff" format --check src tests bench examples
 stage mypy; "$V/mypy"
+# the layers in pyproject.toml [tool.importlinter] (docs/architecture.md); under a second
+stage layers; "$V/lint-imports" --no-cache --no-logo
 # ~20 s from PyPI, every file pinned by sha256; a failed fetch fails the run (its tests need it)
 stage "lint corpus"; bash scripts/fetch_lint_corpus.sh
 stage pytest

@@ -309,16 +309,21 @@ def run_python(code: str, env: dict[str, str]) -> subprocess.CompletedProcess[st
     )
 
 
-def test_a_plain_python_process_flushes_at_exit(tmp_path: Path, listener: socket.socket) -> None:
-    """The whole path: `[metrics]` from the environment, the process's default metrics, no
-    explicit flush (the interval is an hour): what the process did arrives when it exits."""
-    env = {
+def statsd_env(tmp_path: Path, listener: socket.socket) -> dict[str, str]:
+    """`[metrics]` for a child process: StatsD to `listener`, flushed only at exit."""
+    return {
         "AIRFLOW_HOME": str(tmp_path),
         "AIRFLOW__METRICS__STATSD_ON": "True",
         "AIRFLOW__METRICS__STATSD_HOST": "127.0.0.1",
         "AIRFLOW__METRICS__STATSD_PORT": str(listener.getsockname()[1]),
         "AIRFLOW__METRICS__TASKSTATE_FLUSH_SECONDS": "3600",
     }
+
+
+def test_a_plain_python_process_flushes_at_exit(tmp_path: Path, listener: socket.socket) -> None:
+    """The whole path: `[metrics]` from the environment, the process's default metrics, no
+    explicit flush (the interval is an hour): what the process did arrives when it exits."""
+    env = statsd_env(tmp_path, listener)
     proc = run_python(
         f"""
         from taskstate import StateStore, TaskScope

@@ -21,10 +21,11 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from taskstate.backends.base import Entry, Row
 from taskstate.errors import KeyNotFoundError, PreconditionFailedError
+from taskstate.metrics.names import OPERATIONS
 from taskstate.scope import (
     META_KIND,
     TASK_KIND,
@@ -82,8 +83,32 @@ def off_loop(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
     return asyncio.get_running_loop().run_in_executor(pool[1], fn, *args)
 
 
+class AccessorHook(Protocol):
+    """The accessors' instrumentation hook: what `taskstate.metrics` observes inside an
+    operation. An accessor whose `hook` is set calls it; with `hook` None (metrics off) it
+    calls nothing. A hook must not raise and must not block (it runs on every write)."""
+
+    def encoded(self, text: str) -> None:
+        """A value was encoded for writing (`text`: its JSON)."""
+
+    def offloaded(self, text: str) -> None:
+        """A value was uploaded to object storage (`text`: its JSON, before compression)."""
+
+    def retried(self) -> None:
+        """An atomic update runs again because another writer committed first."""
+
+
 class _Accessor:
-    """What task and asset state share; subclasses differ in expiry and default writer."""
+    """What task and asset state share; subclasses differ in expiry and default writer.
+
+    Instrumentation hook (`taskstate.metrics` uses this, and only this): `OPERATIONS` names,
+    for each operation, the one method all its public twins go through (`set`/`aset` ->
+    `_set`), so a subclass that wraps those methods times every call exactly once; `hook`
+    receives the events inside an operation (`AccessorHook`). The HTTP accessors
+    (`taskstate.remote`) keep both."""
+
+    OPERATIONS: ClassVar[dict[str, str]] = OPERATIONS  # the metric names' `<op>` too
+    hook: AccessorHook | None = None
 
     def __init__(
         self, store: StateStore, scope: TaskScope | AssetScope, writer: Writer | None = None
@@ -157,6 +182,8 @@ class _Accessor:
         text = encode_value(value)
         if not self._offloads(text):
             check_size(text, self._limit, key, offload_configured=self._worker is not None)
+        if self.hook is not None:
+            self.hook.encoded(text)
         return text
 
     def _offloads(self, text: str) -> bool:
@@ -173,6 +200,8 @@ class _Accessor:
         uploaded.append(ref)
         stored = REF_PREFIX + ref
         check_size(stored, self._limit, key, offload_configured=True)
+        if self.hook is not None:
+            self.hook.offloaded(text)
         return stored
 
     def _set(self, key: str, value: object, retention: object) -> None:
@@ -349,6 +378,8 @@ class _Accessor:
             raise
         if not done:
             self._store._discard(uploaded)
+            if self.hook is not None:
+                self.hook.retried()
         elif seen is not None and (old := stored_ref(seen.value)):
             self._store._discard([old])
         return done

@@ -85,6 +85,8 @@ class _Remote(_Accessor):
         check_writable(self.scope)
         text = encode_value(value)
         check_size(text, self._limit, key, offload_configured=False)
+        if self.hook is not None:
+            self.hook.encoded(text)
         return text
 
     def _expiry_fields(self, retention: object) -> dict[str, Any]:
@@ -208,6 +210,8 @@ class _Remote(_Accessor):
                 self._http.send(self._put_request(key, text, fields, headers))
                 return result
             except PreconditionFailedError:
+                if self.hook is not None:
+                    self.hook.retried()
                 time.sleep(random.random() * min(0.002 * (attempt + 1), 0.05))
             except OutcomeUnknownError:
                 continue  # the next read says whether it landed

@@ -1,5 +1,7 @@
-"""How a resume decision is reported: a log line, Airflow's `resumable_job.*` counters, and an
-OpenTelemetry span with Airflow 3.3's attribute names.
+"""How a resume decision is reported: a log line, Airflow 3.3's `resumable_job.*` counters
+(`taskstate.metrics.count_now`: Airflow's `Stats` inside Airflow, taskstate's own StatsD,
+OpenTelemetry and Prometheus sinks without it), and an OpenTelemetry span with Airflow 3.3's
+attribute names.
 
 `import taskstate` must not import Airflow or OpenTelemetry: Airflow's stats are looked up only
 when a decision is reported, and only if Airflow is already loaded; OpenTelemetry only if it is
@@ -13,7 +15,8 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from taskstate.metrics import airflow_stats
+from taskstate.metrics import airflow_stats as airflow_stats  # tests/airflow probes import it here
+from taskstate.metrics import count_now
 from taskstate.resumable.decision import ResumeAction, ResumeDecision
 
 LOG = logging.getLogger("taskstate.resumable")
@@ -102,12 +105,9 @@ def report(
 
 
 def _emit(counters: tuple[str, ...], tags: dict[str, str]) -> None:
-    stats = airflow_stats()
-    if stats is None:
-        return
     for name in counters:
         try:
-            stats.incr(name, tags=tags)
+            count_now(name, tags)
         except Exception:  # a metrics backend fault must never fail the job it observes
             LOG.debug("could not emit %s", name, exc_info=True)
 
