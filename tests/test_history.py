@@ -30,14 +30,25 @@ class Clock:
         return datetime.fromtimestamp(self.now - seconds / 2, timezone.utc)
 
 
-def make(tmp_path: Path, clock: Clock, **options: int) -> StateStore:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test on both built-in backends (the history contract)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/s.db"
+    fresh: str = request.getfixturevalue("fresh_postgres_url")
+    with StateStore(fresh, settings=Settings()) as store:
+        store.migrate()
+    return fresh
+
+
+def make(url: str, clock: Clock, **options: int) -> StateStore:
     settings = dataclasses.replace(Settings(), **options)
-    return StateStore(f"sqlite:///{tmp_path}/s.db", settings=settings, clock=clock)
+    return StateStore(url, settings=settings, clock=clock)
 
 
-def test_every_changing_write_is_a_version_and_refused_ones_are_not(tmp_path: Path) -> None:
+def test_every_changing_write_is_a_version_and_refused_ones_are_not(url: str) -> None:
     clock = Clock()
-    store = make(tmp_path, clock)
+    store = make(url, clock)
     state = store.task_state(SCOPE)
     state.set("k", 1)
     clock.tick()
@@ -70,9 +81,9 @@ def test_every_changing_write_is_a_version_and_refused_ones_are_not(tmp_path: Pa
     assert state.history("other")[0].op == "clear"
 
 
-def test_as_of_reads_the_value_held_then(tmp_path: Path) -> None:
+def test_as_of_reads_the_value_held_then(url: str) -> None:
     clock = Clock()
-    store = make(tmp_path, clock)
+    store = make(url, clock)
     state = store.task_state(SCOPE)
     before = clock.tick()
     clock.tick()
@@ -92,9 +103,9 @@ def test_as_of_reads_the_value_held_then(tmp_path: Path) -> None:
     assert isinstance(caught.value, TypeError)
 
 
-def test_history_is_bounded_and_as_of_past_the_window_is_unavailable(tmp_path: Path) -> None:
+def test_history_is_bounded_and_as_of_past_the_window_is_unavailable(url: str) -> None:
     clock = Clock()
-    store = make(tmp_path, clock, history_versions=3)
+    store = make(url, clock, history_versions=3)
     state = store.task_state(SCOPE)
     early = clock.tick()
     clock.tick()
@@ -111,13 +122,13 @@ def test_history_is_bounded_and_as_of_past_the_window_is_unavailable(tmp_path: P
     with pytest.raises(HistoryUnavailableError):
         state.get("k", as_of=early)  # version 1 was pruned: before it is unknown too
     # A lower setting caps what history() returns at once, before any clean.
-    narrower = make(tmp_path, clock, history_versions=2).task_state(SCOPE)
+    narrower = make(url, clock, history_versions=2).task_state(SCOPE)
     assert [v.version for v in narrower.history("k")] == [6, 5]
 
 
-def test_restore_writes_a_version_back(tmp_path: Path) -> None:
+def test_restore_writes_a_version_back(url: str) -> None:
     clock = Clock()
-    store = make(tmp_path, clock)
+    store = make(url, clock)
     asset = store.asset_state(AssetScope("s3://bucket/x"))
     asset.set("cursor", {"at": 1})
     asset.set("cursor", {"at": 999})
@@ -134,9 +145,9 @@ def test_restore_writes_a_version_back(tmp_path: Path) -> None:
     assert [v.op for v in asyncio.run(asset.ahistory("cursor", 2))] == ["restore", "set"]
 
 
-def test_restore_task_undoes_a_clear(tmp_path: Path) -> None:
+def test_restore_task_undoes_a_clear(url: str) -> None:
     clock = Clock()
-    store = make(tmp_path, clock)
+    store = make(url, clock)
     mapped = [store.task_state(TaskScope("etl", "run_1", "load", i)) for i in range(2)]
     mapped[0].set("a", 1)
     mapped[1].set("b", 2)
@@ -149,9 +160,9 @@ def test_restore_task_undoes_a_clear(tmp_path: Path) -> None:
     assert mapped[0].history("a", 1)[0].op == "restore"
 
 
-def test_history_off_keeps_nothing_and_refuses_the_past(tmp_path: Path) -> None:
+def test_history_off_keeps_nothing_and_refuses_the_past(url: str) -> None:
     clock = Clock()
-    store = make(tmp_path, clock, history_versions=0)
+    store = make(url, clock, history_versions=0)
     state = store.task_state(SCOPE)
     state.set("k", 1)
     assert state.history("k") == []
@@ -161,9 +172,9 @@ def test_history_off_keeps_nothing_and_refuses_the_past(tmp_path: Path) -> None:
         state.restore("k", 1)
 
 
-def test_clean_prunes_by_age_but_keeps_a_live_keys_newest(tmp_path: Path) -> None:
+def test_clean_prunes_by_age_but_keeps_a_live_keys_newest(url: str) -> None:
     clock = Clock()
-    store = make(tmp_path, clock, history_retention_days=1, default_retention_days=0)
+    store = make(url, clock, history_retention_days=1, default_retention_days=0)
     state = store.task_state(SCOPE)
     for n in range(5):
         state.set("k", n)
@@ -175,9 +186,9 @@ def test_clean_prunes_by_age_but_keeps_a_live_keys_newest(tmp_path: Path) -> Non
     assert [v.version for v in state.history("k")] == [6, 5]
 
 
-def test_expiry_by_cleanup_is_a_version(tmp_path: Path) -> None:
+def test_expiry_by_cleanup_is_a_version(url: str) -> None:
     clock = Clock()
-    store = make(tmp_path, clock, default_retention_days=1)
+    store = make(url, clock, default_retention_days=1)
     state = store.task_state(SCOPE)
     state.set("k", 1)
     clock.tick(2 * 86400)
@@ -185,15 +196,15 @@ def test_expiry_by_cleanup_is_a_version(tmp_path: Path) -> None:
     assert [(v.op, v.value) for v in state.history("k")] == [("expire", None), ("set", 1)]
 
 
-def test_an_offloaded_object_stays_while_a_kept_version_refers_to_it(tmp_path: Path) -> None:
+def test_an_offloaded_object_stays_while_a_kept_version_refers_to_it(
+    url: str, tmp_path: Path
+) -> None:
     from taskstate.backends.offload import OffloadBackend
 
     clock = Clock()
     offload = OffloadBackend(f"file://{tmp_path}/objects", keep_versions_s=0)
     settings = dataclasses.replace(Settings(), history_versions=3)
-    store = StateStore(
-        f"sqlite:///{tmp_path}/s.db", settings=settings, worker_backend=offload, clock=clock
-    )
+    store = StateStore(url, settings=settings, worker_backend=offload, clock=clock)
     state = store.task_state(SCOPE)
     big = {"rows": ["x" * 100] * 2000}
     state.set("k", big)

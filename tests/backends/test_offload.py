@@ -242,6 +242,8 @@ def test_taskstate_clean_sweeps_orphans(tmp_path: Path) -> None:
         "AIRFLOW__WORKERS__STATE_STORE_BACKEND": "taskstate.backends.offload.OffloadBackend",
         "AIRFLOW__STATE_STORE__TASKSTATE_OFFLOAD_URL": f"file://{tmp_path}/objects",
         "AIRFLOW__STATE_STORE__TASKSTATE_URL": f"sqlite:///{tmp_path}/s.db",
+        # without history: no kept version refers to the left-behind object
+        "AIRFLOW__STATE_STORE__TASKSTATE_HISTORY_VERSIONS": "0",
     }
     settings = Settings.load(env)
     with StateStore(settings=settings) as s:
