@@ -134,7 +134,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (namespace_md5, key_md5, version)
     );
     CREATE INDEX {VERSIONS}_age ON {VERSIONS} (updated_at);
-    CREATE INDEX {VERSIONS}_order ON {VERSIONS} ((left(namespace, 200)));
+    CREATE INDEX {VERSIONS}_at ON {VERSIONS} (namespace_md5, key_md5, updated_at);
     CREATE TABLE {MARKS} (
         namespace     text COLLATE "C" NOT NULL,
         key           text COLLATE "C" NOT NULL,
@@ -143,6 +143,7 @@ MIGRATIONS: list[str] = [
         version       bigint NOT NULL,
         PRIMARY KEY (namespace_md5, key_md5)
     );
+    CREATE INDEX {MARKS}_order ON {MARKS} ((left(namespace, 200)));
     """,
 ]
 # Versions whose statement cannot run in a transaction (CREATE INDEX CONCURRENTLY): applied
@@ -325,14 +326,20 @@ _DELETE_EXPIRED_BATCH_NAMED = (
     "AND expires_at <= %(now)s"
 )
 _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
-_VERSIONS = (
-    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND updated_at <= %(at)s "
+_HISTORY = (
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} "
     "ORDER BY version DESC LIMIT %(limit)s"
+)
+# As of an instant: through the (namespace_md5, key_md5, updated_at) index, one seek.
+_VERSIONS_AT = (
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND updated_at <= %(at)s "
+    "ORDER BY updated_at DESC, version DESC LIMIT %(limit)s"
 )
 _VERSION = f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND version = %(v)s"
 _FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE {_NAMED_KEY}"
+# Every key of a task instance that ever had a version (its mark) or has a row.
 _TASK_KEYS = (
-    f"SELECT namespace, key FROM {VERSIONS} WHERE {_RANGE} "
+    f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} "
     f"UNION SELECT namespace, key FROM {TABLE} WHERE {_RANGE} ORDER BY 1, 2"
 )
 _PRUNE = (
@@ -820,8 +827,9 @@ class PostgresBackend(HistoryBackend):
     def versions(
         self, namespace: str, key: str, *, limit: int, at: float | None = None
     ) -> list[VersionRow]:
-        params = {"ns": namespace, "key": key, "limit": limit, "at": _INF if at is None else at}
-        rows = self._run(lambda conn: conn.execute(_VERSIONS, params, prepare=True).fetchall())
+        params = {"ns": namespace, "key": key, "limit": limit, "at": at}
+        sql = _HISTORY if at is None else _VERSIONS_AT
+        rows = self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchall())
         return [VersionRow(*row) for row in rows]
 
     def version(self, namespace: str, key: str, version: int) -> VersionRow | None:

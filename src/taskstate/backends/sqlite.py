@@ -91,6 +91,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (namespace, key, version)
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS {VERSIONS}_age ON {VERSIONS} (updated_at);
+    CREATE INDEX IF NOT EXISTS {VERSIONS}_at ON {VERSIONS} (namespace, key, updated_at);
     CREATE TABLE IF NOT EXISTS {MARKS} (
         namespace TEXT NOT NULL,
         key       TEXT NOT NULL,
@@ -170,16 +171,22 @@ _NEXT_VERSION = (
 _APPEND = f"INSERT INTO {VERSIONS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _TRIM = f"DELETE FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version <= ?"
 _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
-_VERSIONS = (
+_HISTORY = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
-    "AND updated_at <= :at ORDER BY version DESC LIMIT :limit"
+    "ORDER BY version DESC LIMIT :limit"
+)
+# As of an instant: through the (namespace, key, updated_at) index, one seek however many
+# versions the key has.
+_VERSIONS_AT = (
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
+    "AND updated_at <= :at ORDER BY updated_at DESC, version DESC LIMIT :limit"
 )
 _VERSION = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version = ?"
 )
 _FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE namespace = ? AND key = ?"
 _TASK_KEYS = (
-    f"SELECT namespace, key FROM {VERSIONS} WHERE namespace >= :lo AND namespace < :hi "
+    f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi "
     f"UNION SELECT namespace, key FROM {TABLE} WHERE namespace >= :lo AND namespace < :hi "
     "ORDER BY 1, 2"
 )
@@ -563,8 +570,9 @@ class SQLiteBackend(HistoryBackend):
     def versions(
         self, namespace: str, key: str, *, limit: int, at: float | None = None
     ) -> list[VersionRow]:
-        params = {"ns": namespace, "key": key, "limit": limit, "at": _INF if at is None else at}
-        return [VersionRow(*row) for row in self._conn().execute(_VERSIONS, params)]
+        params = {"ns": namespace, "key": key, "limit": limit, "at": at}
+        sql = _HISTORY if at is None else _VERSIONS_AT
+        return [VersionRow(*row) for row in self._conn().execute(sql, params)]
 
     @_typed_errors
     def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
