@@ -77,6 +77,13 @@ VERSION_TABLE = "taskstate_schema_version"
 
 _HEX32 = "[0-9a-f]{32}"
 
+# A key's identity columns in the history tables, as migration 3 made them in the state table.
+_IDENTITY = (
+    'namespace text COLLATE "C" NOT NULL, key text COLLATE "C" NOT NULL, '
+    "namespace_md5 uuid GENERATED ALWAYS AS (md5(namespace)::uuid) STORED, "
+    "key_md5 uuid GENERATED ALWAYS AS (md5(key)::uuid) STORED"
+)
+
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 # COLLATE "C": byte order, so a namespace prefix is an index range scan (and matches SQLite).
 MIGRATIONS: list[str] = [
@@ -121,10 +128,7 @@ MIGRATIONS: list[str] = [
     # this is online however large the state table is. value NULL: a deletion.
     f"""
     CREATE TABLE {VERSIONS} (
-        namespace     text COLLATE "C" NOT NULL,
-        key           text COLLATE "C" NOT NULL,
-        namespace_md5 uuid GENERATED ALWAYS AS (md5(namespace)::uuid) STORED,
-        key_md5       uuid GENERATED ALWAYS AS (md5(key)::uuid) STORED,
+        {_IDENTITY},
         version       bigint NOT NULL,
         value         text,
         expires_at    double precision,
@@ -136,10 +140,7 @@ MIGRATIONS: list[str] = [
     CREATE INDEX {VERSIONS}_age ON {VERSIONS} (updated_at);
     CREATE INDEX {VERSIONS}_at ON {VERSIONS} (namespace_md5, key_md5, updated_at);
     CREATE TABLE {MARKS} (
-        namespace     text COLLATE "C" NOT NULL,
-        key           text COLLATE "C" NOT NULL,
-        namespace_md5 uuid GENERATED ALWAYS AS (md5(namespace)::uuid) STORED,
-        key_md5       uuid GENERATED ALWAYS AS (md5(key)::uuid) STORED,
+        {_IDENTITY},
         version       bigint NOT NULL,
         PRIMARY KEY (namespace_md5, key_md5)
     );
