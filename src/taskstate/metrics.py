@@ -763,9 +763,9 @@ def _offload(self: Any, key: str, text: str, uploaded: list[str]) -> str:
 
 
 def _commit_if_unchanged(
-    self: Any, key: str, seen: Entry | None, entry: Entry, uploaded: list[str]
+    self: Any, key: str, seen: Entry | None, entry: Entry, uploaded: list[str], op: str
 ) -> bool:
-    done: bool = super(type(self), self)._commit_if_unchanged(key, seen, entry, uploaded)
+    done: bool = super(type(self), self)._commit_if_unchanged(key, seen, entry, uploaded, op)
     if not done:
         self._meter.event("retries")
     return done
