@@ -125,9 +125,10 @@ MIGRATIONS: list[str] = [
     # 5: history (docs/history.md): every kept version of a key, and each key's high-water
     # mark (the last version number handed out; it outlives the key and its versions, so a
     # number is never reused). New, empty tables: nothing existing is rewritten or locked, so
-    # this is online however large the state table is. value NULL: a deletion.
+    # this is online however large the state table is. value NULL: a deletion. Idempotent,
+    # like every step after it may be (a step is re-run when its record is missing).
     f"""
-    CREATE TABLE {VERSIONS} (
+    CREATE TABLE IF NOT EXISTS {VERSIONS} (
         {_IDENTITY},
         version       bigint NOT NULL,
         value         text,
@@ -137,14 +138,14 @@ MIGRATIONS: list[str] = [
         op            text NOT NULL,
         PRIMARY KEY (namespace_md5, key_md5, version)
     );
-    CREATE INDEX {VERSIONS}_age ON {VERSIONS} (updated_at);
-    CREATE INDEX {VERSIONS}_at ON {VERSIONS} (namespace_md5, key_md5, updated_at);
-    CREATE TABLE {MARKS} (
+    CREATE INDEX IF NOT EXISTS {VERSIONS}_age ON {VERSIONS} (updated_at);
+    CREATE INDEX IF NOT EXISTS {VERSIONS}_at ON {VERSIONS} (namespace_md5, key_md5, updated_at);
+    CREATE TABLE IF NOT EXISTS {MARKS} (
         {_IDENTITY},
         version       bigint NOT NULL,
         PRIMARY KEY (namespace_md5, key_md5)
     );
-    CREATE INDEX {MARKS}_order ON {MARKS} ((left(namespace, 200)));
+    CREATE INDEX IF NOT EXISTS {MARKS}_order ON {MARKS} ((left(namespace, 200)));
     """,
 ]
 # Versions whose statement cannot run in a transaction (CREATE INDEX CONCURRENTLY): applied
