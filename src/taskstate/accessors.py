@@ -100,10 +100,7 @@ class _Accessor:
     def _get_as_of(self, key: str, default: Any, at: float) -> Any:
         check_key(key)
         if not self._history:
-            raise HistoryUnavailableError(
-                f"history is off ([state_store] taskstate_history_versions = 0): {key!r} in "
-                f"{self.scope} has no past values to read"
-            )
+            raise self._store.no_history(f"{key!r} in {self.scope} has no past values to read")
         found = self._versioned.versions(self._ns, key, limit=1, at=at)
         if found:
             row = found[0]
@@ -138,9 +135,7 @@ class _Accessor:
         check_key(key)
         check_writable(self.scope)
         if not self._history:
-            raise HistoryUnavailableError(
-                "history is off ([state_store] taskstate_history_versions = 0): nothing to restore"
-            )
+            raise self._store.no_history("nothing to restore")
         row = self._versioned.version(self._ns, key, version)
         if row is None:
             raise VersionNotFoundError(

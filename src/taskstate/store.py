@@ -249,6 +249,14 @@ class StateStore:
         self._discard_superseded(refs)
         return count
 
+    def no_history(self, what: str) -> HistoryUnavailableError:
+        """The error for a past value asked of a store that keeps no history, saying why."""
+        if not self.backend.keeps_history:
+            why = f"{self.describe()} keeps no history (docs/history.md says where it works)"
+        else:
+            why = "history is off ([state_store] taskstate_history_versions = 0)"
+        return HistoryUnavailableError(f"{why}: {what}")
+
     def _stamp(self, op: str, writer: Writer | None) -> Stamp:
         return Stamp(op, self.clock(), writer_text(writer))
 
@@ -272,9 +280,7 @@ class StateStore:
         Returns how many keys were live at `as_of` (now live again)."""
         at = instant(as_of)
         if not self.history:
-            raise HistoryUnavailableError(
-                "history is off ([state_store] taskstate_history_versions = 0): nothing to restore"
-            )
+            raise self.no_history("nothing to restore")
         if map_index is None:
             prefix = task_prefix(dag_id, run_id, task_id)
         else:
