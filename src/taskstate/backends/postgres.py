@@ -139,7 +139,8 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (namespace_md5, key_md5, version)
     );
     CREATE INDEX IF NOT EXISTS {VERSIONS}_age ON {VERSIONS} (updated_at);
-    CREATE INDEX IF NOT EXISTS {VERSIONS}_at ON {VERSIONS} (namespace_md5, key_md5, updated_at);
+    CREATE INDEX IF NOT EXISTS {VERSIONS}_at
+        ON {VERSIONS} (namespace_md5, key_md5, updated_at, version);
     CREATE TABLE IF NOT EXISTS {MARKS} (
         {_IDENTITY},
         version       bigint NOT NULL,

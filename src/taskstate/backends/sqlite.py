@@ -91,7 +91,7 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (namespace, key, version)
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS {VERSIONS}_age ON {VERSIONS} (updated_at);
-    CREATE INDEX IF NOT EXISTS {VERSIONS}_at ON {VERSIONS} (namespace, key, updated_at);
+    CREATE INDEX IF NOT EXISTS {VERSIONS}_at ON {VERSIONS} (namespace, key, updated_at, version);
     CREATE TABLE IF NOT EXISTS {MARKS} (
         namespace TEXT NOT NULL,
         key       TEXT NOT NULL,
