@@ -7,11 +7,13 @@ import os
 import re
 import subprocess
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from taskstate import NEVER_EXPIRE, AssetScope, StateStore, TaskScope
+from taskstate.backends import sqlite as sqlite_backend
 from taskstate.settings import Settings
 
 SCOPE = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
@@ -151,7 +153,8 @@ def test_clean_dry_run_then_clean(run) -> None:  # type: ignore[no-untyped-def]
 
 
 def test_db_and_doctor(run) -> None:  # type: ignore[no-untyped-def]
-    assert "version 2" in run("db", "migrate").stdout
+    latest = len(sqlite_backend.MIGRATIONS)
+    assert f"now at version {latest}" in run("db", "migrate").stdout
     assert "(current)" in run("db", "check").stdout
     checks = {c["check"]: c for c in json.loads(run("doctor", "--json").stdout)}
     assert checks["backend"]["status"] == "ok"
@@ -500,3 +503,30 @@ def test_every_write_says_who_wrote_it(run, tmp_path: Path) -> None:  # type: ig
     assert StateStore(run.url, settings=Settings()).asset_state(AssetScope(name="old")).keys() == [
         "k"
     ]
+
+
+def test_task_and_asset_history_and_restore(run) -> None:  # type: ignore[no-untyped-def]
+    run("task", "set", "cursor", "1", *SCOPE)
+    run("task", "set", "cursor", "2", *SCOPE)
+    history = json.loads(run("task", "history", "cursor", *SCOPE, "--json").stdout)
+    assert [(v["version"], v["op"], v["value"]) for v in history] == [(2, "set", 2), (1, "set", 1)]
+    assert history[0]["updated_by"]["via"] == "cli"
+    assert "restored" in run("task", "restore", "cursor", "--version", "1", *SCOPE).stdout
+    assert run("task", "get", "cursor", *SCOPE).stdout.strip() == "1"
+    before_clear = datetime.now(timezone.utc).isoformat()
+    run("task", "clear", *SCOPE)
+    out = run("task", "restore", *SCOPE, "--as-of", before_clear).stdout
+    assert "restored 1 keys" in out
+    assert run("task", "get", "cursor", *SCOPE).stdout.strip() == "1"
+    naive = run("task", "restore", *SCOPE, "--as-of", "2026-01-01T00:00:00", ok=False)
+    assert "time zone" in naive.stderr
+    run("task", "restore", "cursor", *SCOPE, ok=False)  # KEY needs --version
+    asset = ["--name", "a"]
+    run("asset", "set", "k", '"x"', *asset)
+    run("asset", "delete", "k", *asset)
+    ops = [v["op"] for v in json.loads(run("asset", "history", "k", *asset, "--json").stdout)]
+    assert ops == ["delete", "set"]
+    run("asset", "restore", "k", "--version", "1", *asset)
+    assert run("asset", "get", "k", *asset).stdout.strip() == '"x"'
+    missing = run("asset", "restore", "k", "--version", "9", *asset, ok=False)
+    assert "no kept version 9" in missing.stderr

@@ -153,7 +153,8 @@ def test_parallel_mapped_writers_on_one_file(tmp_path: Path) -> None:
 def test_acknowledged_writes_survive_sigkill_200_times(tmp_path: Path) -> None:
     """A child sets an increasing counter and reports each value after `set` returns; it is
     killed at a random moment. The value read back is the last acknowledged one (or the one
-    being written when the kill came, if that write had committed)."""
+    being written when the kill came, if that write had committed), and so is its newest
+    history version."""
     url = f"sqlite:///{tmp_path}/state.db"
     StateStore(url, settings=Settings()).backend.migrate()
     rng = random.Random(1234)
@@ -189,8 +190,13 @@ def test_acknowledged_writes_survive_sigkill_200_times(tmp_path: Path) -> None:
         os.close(read_fd)
         lines = acked.decode().split()
         last_ack = int(lines[-1]) if lines else start
-        stored = StateStore(url, settings=Settings()).task_state(T).get("counter", start)
+        acc = StateStore(url, settings=Settings()).task_state(T)
+        stored = acc.get("counter", start)
         assert stored in (last_ack, last_ack + 1), (stored, last_ack)
+        # History (on by default) went in the same transaction: value i was written as
+        # version i, so every committed write has exactly one version and none is extra.
+        newest = acc.history("counter", 1)
+        assert [(v.version, v.value) for v in newest] == ([(stored, stored)] if stored else [])
         start = stored
     assert start > 200  # the children really wrote between kills
 

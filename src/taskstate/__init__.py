@@ -1,6 +1,7 @@
 """Durable task state, asset state and crash-safe jobs for Airflow 2.10+ and plain Python."""
 
 from taskstate import errors
+from taskstate.history import Version
 from taskstate.resumable import ResumableJobMixin, ResumeAction, ResumeDecision
 from taskstate.scope import AssetScope, TaskScope
 from taskstate.store import AssetStateStore, StateStore, TaskStateStore
@@ -16,6 +17,7 @@ __all__ = [
     "StateStore",
     "TaskScope",
     "TaskStateStore",
+    "Version",
     "errors",
 ]
 __version__ = "0.1.0"

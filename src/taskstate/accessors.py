@@ -20,11 +20,17 @@ import os
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
-from taskstate.backends.base import Entry, Row
-from taskstate.errors import KeyNotFoundError, PreconditionFailedError
+from taskstate.backends.base import Entry, HistoryBackend, Row, Stamp
+from taskstate.errors import (
+    HistoryUnavailableError,
+    KeyNotFoundError,
+    PreconditionFailedError,
+    VersionNotFoundError,
+)
+from taskstate.history import Version, instant
 from taskstate.metrics.names import OPERATIONS
 from taskstate.scope import (
     META_KIND,
@@ -124,17 +130,77 @@ class _Accessor:
         self._read = store._read
         self._writer = writer_text(writer)
         self._writer_dict = writer  # what a write's StoredEntry shows, without a JSON round trip
+        self._history = store.history  # versions kept per key; 0: history off
+        self._versioned = cast(HistoryBackend, store.backend)  # used only when history is on
 
     # -- reading --------------------------------------------------------------------------
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """The value of `key`, or `default` when it is absent or expired."""
+    def get(self, key: str, default: Any = None, *, as_of: datetime | None = None) -> Any:
+        """The value of `key`, or `default` when it is absent or expired. `as_of` (an aware
+        datetime): the value it held at that instant, from its history."""
+        if as_of is not None:
+            return self._get_as_of(key, default, instant(as_of))
         check_key(key)
         entry = self._backend.get(self._ns, key)
         if entry is None or not is_live(entry.expires_at, self._clock()):
             return default
         value = self._read(self._ns, key, entry.value)
         return default if value is GONE else value
+
+    def _get_as_of(self, key: str, default: Any, at: float) -> Any:
+        check_key(key)
+        if not self._history:
+            raise self._store.no_history(f"{key!r} in {self.scope} has no past values to read")
+        found = self._versioned.versions(self._ns, key, limit=1, at=at)
+        if found:
+            row = found[0]
+            if row.value is None or not is_live(row.expires_at, at):
+                return default
+            return self._store.load_value(row.value)
+        first = self._versioned.first_version(self._ns, key)
+        if first == 1 or (first is None and self._backend.get(self._ns, key) is None):
+            return default  # before the key's first version: it did not exist
+        raise HistoryUnavailableError(
+            f"the version of {key!r} in {self.scope} that covered that instant is no longer "
+            "kept (pruned by taskstate_history_versions / taskstate_history_retention_days); "
+            "ask about a later instant or keep more history"
+        )
+
+    def history(self, key: str, limit: int | None = None) -> list[Version]:
+        """The kept versions of `key`, newest first: at most `limit`, and never more than
+        `[state_store] taskstate_history_versions` ([] when history is off)."""
+        check_key(key)
+        if limit is not None and (not isinstance(limit, int) or limit < 0):
+            raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+        count = self._history if limit is None else min(limit, self._history)
+        if count <= 0:
+            return []
+        rows = self._versioned.versions(self._ns, key, limit=count)
+        return [self._store.version_of(row) for row in rows]
+
+    def restore(self, key: str, version: int) -> Version:
+        """Write version `version` of `key` back as a new version (op `restore`), and return
+        it. A deletion's version deletes the key. Expiry: the version's own if still ahead,
+        else the default retention."""
+        check_key(key)
+        check_writable(self.scope)
+        if not self._history:
+            raise self._store.no_history("nothing to restore")
+        row = self._versioned.version(self._ns, key, version)
+        if row is None:
+            raise VersionNotFoundError(
+                f"{key!r} in {self.scope} has no kept version {version!r}; "
+                "history(key) lists the kept ones"
+            )
+        now = self._clock()
+        if row.value is None:
+            self._delete(key, "restore")
+        else:
+            expiry = row.expires_at
+            if expiry is not None and expiry <= now:
+                expiry = self._expiry(None, now)
+            self.write(key, self._store.load_value(row.value), expires_at=expiry, op="restore")
+        return self.history(key, 1)[0]
 
     def keys(self) -> list[str]:
         """The live keys of this scope, ascending."""
@@ -209,12 +275,33 @@ class _Accessor:
         text = self._offload(key, self._encode(key, value), uploaded)
         now = self._clock()
         try:
-            self._backend.set(self._ns, key, text, self._expiry(retention, now), now, self._writer)
+            self._put(key, text, self._expiry(retention, now), now, "set")
         except BaseException:
             self._store._discard(uploaded)
             raise
-        if uploaded and self._worker is not None:
+        if uploaded and self._worker is not None and not self._history:
             self._worker.committed(self._ns, key, uploaded[0])
+
+    # The backend writes, with a `Stamp` only when history is on (a third-party backend that
+    # keeps none never sees one).
+
+    def _put(self, key: str, text: str, expiry: float | None, now: float, op: str) -> None:
+        if self._history:
+            stamp = Stamp(op, now, self._writer)
+            self._versioned.set(self._ns, key, text, expiry, now, self._writer, stamp)
+        else:
+            self._backend.set(self._ns, key, text, expiry, now, self._writer)
+
+    def _transact(
+        self, key: str, step: Callable[[Entry | None], tuple[Entry | None, T]], op: str
+    ) -> T:
+        now = self._clock()
+        if self._history:
+            return self._versioned.transact(self._ns, key, step, now, Stamp(op, now, self._writer))
+        return self._backend.transact(self._ns, key, step, now)
+
+    def _stamp(self, op: str) -> Stamp | None:
+        return Stamp(op, self._clock(), self._writer) if self._history else None
 
     def _expiry(self, retention: object, now: float) -> float | None:
         return expires_at(retention, self._default_days, now)
@@ -228,6 +315,7 @@ class _Accessor:
         if_match: str | None = None,
         if_none_match: bool = False,
         must_exist: bool = False,
+        op: str = "set",
     ) -> StoredEntry:
         """Write with an absolute expiry and optional preconditions (the HTTP API's PUT/PATCH).
 
@@ -269,9 +357,9 @@ class _Accessor:
                 and (expires_at is not KEEP_EXPIRY)
             ):
                 written = expiry(None)
-                self._backend.set(self._ns, key, text, written, now, self._writer)
+                self._put(key, text, written, now, op)
             else:
-                written = self._backend.transact(self._ns, key, step, now)
+                written = self._transact(key, step, op)
         except BaseException:
             self._store._discard(uploaded)
             raise
@@ -284,10 +372,16 @@ class _Accessor:
     def delete(self, key: str) -> None:
         """Remove `key`; a no-op when it is absent."""
         check_key(key)
+        self._delete(key, "delete")
+
+    def _delete(self, key: str, op: str) -> None:
         old = self._backend.get(self._ns, key) if self._worker is not None else None
-        self._backend.delete(self._ns, key)
+        if self._history:
+            self._versioned.delete(self._ns, key, self._stamp(op))
+        else:
+            self._backend.delete(self._ns, key)
         if old is not None and (ref := stored_ref(old.value)):
-            self._store._discard([ref])
+            self._store._discard_superseded([ref])
 
     def delete_if(self, key: str, if_match: str | None) -> bool:
         """Remove `key` only if it is live and (with `if_match`) still that version; False
@@ -298,17 +392,25 @@ class _Accessor:
             return False
         if if_match is not None and etag_of(*found) != if_match:
             return False
-        if not self._backend.delete_if(self._ns, key, found):
+        gone = (
+            self._versioned.delete_if(self._ns, key, found, self._stamp("delete"))
+            if self._history
+            else self._backend.delete_if(self._ns, key, found)
+        )
+        if not gone:
             return False
         if ref := stored_ref(found.value):
-            self._store._discard([ref])
+            self._store._discard_superseded([ref])
         return True
 
     def clear(self) -> None:
         """Remove every key of this scope (a mapped task: this map index only)."""
         refs = self._store._refs(self._ns, exact=True)
-        self._backend.clear(self._ns)
-        self._store._discard(refs)
+        if self._history:
+            self._versioned.clear(self._ns, self._stamp("clear"))
+        else:
+            self._backend.clear(self._ns)
+        self._store._discard_superseded(refs)
 
     def _update(self, key: str, fn: Callable[[Any], Any], default: Any, retention: object) -> Any:
         check_key(key)
@@ -317,7 +419,7 @@ class _Accessor:
             new = fn(current if present else default)
             return self._encode(key, new), new
 
-        return self._atomic(key, decide, retention)
+        return self._atomic(key, decide, retention, "update")
 
     def _compare_and_set(self, key: str, expected: Any, new: Any, retention: object) -> bool:
         # `expected` obeys the value rules too: a tuple is refused, not taken for a list.
@@ -328,10 +430,14 @@ class _Accessor:
             have = canonical(encode_value(current)) if present else None
             return (text, True) if have == want else (None, False)
 
-        return self._atomic(key, decide, retention)
+        return self._atomic(key, decide, retention, "compare_and_set")
 
     def _atomic(
-        self, key: str, decide: Callable[[bool, Any], tuple[str | None, T]], retention: object
+        self,
+        key: str,
+        decide: Callable[[bool, Any], tuple[str | None, T]],
+        retention: object,
+        op: str,
     ) -> T:
         """Read-modify-write of one key. `decide(present, current)` returns the encoded new
         value (None: write nothing) and the result. Without offloading it runs inside the
@@ -349,7 +455,7 @@ class _Accessor:
                     return None, result
                 return Entry(text, self._expiry(retention, now), self._writer), result
 
-            return self._backend.transact(self._ns, key, step, self._clock())
+            return self._transact(key, step, op)
         while True:
             seen = self._backend.get(self._ns, key)
             now = self._clock()
@@ -362,17 +468,17 @@ class _Accessor:
             uploaded: list[str] = []
             stored = self._offload(key, text, uploaded)
             entry = Entry(stored, self._expiry(retention, now), self._writer)
-            if self._commit_if_unchanged(key, seen, entry, uploaded):
+            if self._commit_if_unchanged(key, seen, entry, uploaded, op):
                 return result
 
     def _commit_if_unchanged(
-        self, key: str, seen: Entry | None, entry: Entry, uploaded: list[str]
+        self, key: str, seen: Entry | None, entry: Entry, uploaded: list[str], op: str
     ) -> bool:
         def step(current: Entry | None) -> tuple[Entry | None, bool]:
             return (entry, True) if current == seen else (None, False)
 
         try:
-            done = self._backend.transact(self._ns, key, step, self._clock())
+            done = self._transact(key, step, op)
         except BaseException:
             self._store._discard(uploaded)
             raise
@@ -381,16 +487,24 @@ class _Accessor:
             if self.hook is not None:
                 self.hook.retried()
         elif seen is not None and (old := stored_ref(seen.value)):
-            self._store._discard([old])
+            self._store._discard_superseded([old])
         return done
 
     # -- async twins ----------------------------------------------------------------------
 
     # Thread offload keeps one implementation of each operation; the event loop never blocks.
 
-    async def aget(self, key: str, default: Any = None) -> Any:
+    async def aget(self, key: str, default: Any = None, *, as_of: datetime | None = None) -> Any:
         """`get` for async code (deferrable operators, triggers)."""
-        return await off_loop(self.get, key, default)
+        return await off_loop(functools.partial(self.get, key, default, as_of=as_of))
+
+    async def ahistory(self, key: str, limit: int | None = None) -> list[Version]:
+        """`history` for async code."""
+        return await off_loop(self.history, key, limit)
+
+    async def arestore(self, key: str, version: int) -> Version:
+        """`restore` for async code."""
+        return await off_loop(self.restore, key, version)
 
     async def adelete(self, key: str) -> None:
         """`delete` for async code."""
@@ -479,8 +593,11 @@ class TaskStateStore(_Accessor):
         scope = self.scope
         prefix = task_prefix(scope.dag_id, scope.run_id, scope.task_id)
         refs = self._store._refs(prefix)
-        self._backend.clear_prefix(prefix)
-        self._store._discard(refs)
+        if self._history:
+            self._versioned.clear_prefix(prefix, self._stamp("clear"))
+        else:
+            self._backend.clear_prefix(prefix)
+        self._store._discard_superseded(refs)
 
     async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
         """`set` for async code."""

@@ -15,8 +15,9 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import cast
 
-from taskstate.backends.base import StateBackend
+from taskstate.backends.base import HistoryBackend, Stamp, StateBackend
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,10 @@ class CleanupResult:
     seconds: float
     dry_run: bool
     offloaded_orphans: int = 0  # objects no row references, removed (or, dry run, found)
+    versions_pruned: int = 0  # history versions past the kept number or age
+
+    def with_pruned(self, count: int) -> CleanupResult:
+        return dataclasses.replace(self, versions_pruned=count)
 
     def with_orphans(self, count: int) -> CleanupResult:
         return dataclasses.replace(self, offloaded_orphans=count)
@@ -40,8 +45,10 @@ def delete_expired(
     batch_size: int,
     dry_run: bool = False,
     on_batch: Callable[[int], None] | None = None,
+    history: bool = False,
 ) -> CleanupResult:
-    """Delete every task row that expired at or before `now`. `on_batch(n)` reports progress."""
+    """Delete every task row that expired at or before `now`. `on_batch(n)` reports progress.
+    `history`: each deletion is recorded as an `expire` version."""
     if batch_size < 0:
         raise ValueError(f"batch size must be >= 0 (0 = one statement), got {batch_size}")
     started = time.perf_counter()
@@ -50,7 +57,11 @@ def delete_expired(
     longest = 0.0
     while not dry_run:
         t0 = time.perf_counter()
-        n = backend.delete_expired(now, batch_size)
+        n = (
+            cast(HistoryBackend, backend).delete_expired(now, batch_size, Stamp("expire", now))
+            if history
+            else backend.delete_expired(now, batch_size)
+        )
         longest = max(longest, time.perf_counter() - t0)
         batches += 1
         deleted += n
@@ -109,3 +120,29 @@ class LiveRefIndex:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# Pruning history in batches of this many versions when no cleanup batch size is set: each
+# batch is one short transaction.
+PRUNE_BATCH = 10_000
+
+
+def prune_versions(
+    backend: StateBackend,
+    *,
+    keep: int,
+    before: float | None,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> int:
+    """Delete history versions beyond the newest `keep` per key or written before `before`,
+    in bounded batches; returns how many went."""
+    size = batch_size or PRUNE_BATCH
+    pruned = 0
+    while True:
+        n = backend.prune_versions(keep, before, size)
+        pruned += n
+        if on_batch is not None:
+            on_batch(n)
+        if n < size:
+            return pruned

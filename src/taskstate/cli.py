@@ -17,6 +17,7 @@ import click
 
 from taskstate import transfer
 from taskstate.errors import DatabaseMissingError, TaskStateError
+from taskstate.history import Version
 from taskstate.redaction import redact_url
 from taskstate.scope import ASSET_PREFIX, AssetScope, TaskScope, task_prefix
 from taskstate.settings import shown_options
@@ -432,9 +433,108 @@ def task_clear(
     if all_map_indices and map_index is not None:
         raise click.UsageError("--all-map-indices and --map-index exclude each other")
     index = None if all_map_indices else (-1 if map_index is None else map_index)
-    n = _store().clear_task(dag_id, run_id, task_id, map_index=index)
+    n = _store().clear_task(dag_id, run_id, task_id, map_index=index, writer=cli_writer())
     where = "all map indices of " if all_map_indices else ""
     click.echo(f"deleted {n} keys of {where}{dag_id}.{task_id} in {run_id}")
+
+
+# -- history (docs/history.md) -----------------------------------------------------------------
+
+_HISTORY_COLUMNS = ["version", "op", "updated_at", "updated_by", "expires_at", "value"]
+
+
+def _version_row(version: Version) -> dict[str, Any]:
+    expires = version.expires_at
+    return {
+        "version": version.version,
+        "op": version.op,
+        "updated_at": version.updated_at.isoformat(timespec="seconds"),
+        "updated_by": version.updated_by,
+        "expires_at": "never" if expires is None else expires.isoformat(timespec="seconds"),
+        "value": version.value,
+    }
+
+
+def _history(
+    acc: TaskStateStore | AssetStateStore, key: str, limit: int | None, output: str, as_json: bool
+) -> None:
+    rows = [_version_row(version) for version in acc.history(key, limit)]
+    _show_rows(rows, output, as_json, _HISTORY_COLUMNS)
+
+
+def _restored(acc: TaskStateStore | AssetStateStore, key: str, version: int) -> None:
+    new = acc.restore(key, version)
+    what = "deleted it" if new.value is None else "as version " + str(new.version)
+    click.echo(f"restored {key!r} in {acc.scope} to version {version}: {what}")
+
+
+def _as_of(raw: str) -> datetime:
+    try:
+        when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
+    except ValueError:
+        raise click.BadParameter(
+            f"not an ISO 8601 instant: {raw!r}", param_hint="--as-of"
+        ) from None
+    if when.tzinfo is None:
+        raise click.BadParameter(
+            f"{raw!r} has no time zone; add one, e.g. {raw}+00:00", param_hint="--as-of"
+        )
+    return when
+
+
+_LIMIT = click.option("--limit", type=click.IntRange(min=0), default=None, help="At most N.")
+
+
+@task.command("history")
+@click.argument("key")
+@_task_options(require_all=True)
+@_LIMIT
+@_output_options
+def task_history(
+    key: str,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int | None,
+    limit: int | None,
+    output: str,
+    as_json: bool,
+) -> None:
+    """KEY's kept versions, newest first: who, when, which operation, the value."""
+    _history(_task(dag_id, run_id, task_id, map_index), key, limit, output, as_json)
+
+
+@task.command("restore")
+@click.argument("key", required=False)
+@_task_options(require_all=True)
+@click.option("--version", "version", type=int, default=None, help="KEY's version to put back.")
+@click.option(
+    "--as-of",
+    default=None,
+    help="Without KEY: every key of the task instance (all map indices unless --map-index) "
+    "as it was at this ISO 8601 instant; the undo of a clear.",
+)
+def task_restore(
+    key: str | None,
+    dag_id: str,
+    run_id: str,
+    task_id: str,
+    map_index: int | None,
+    version: int | None,
+    as_of: str | None,
+) -> None:
+    """Put back KEY's --version N, or (no KEY) the task instance's state --as-of an instant."""
+    if key is not None:
+        if version is None or as_of is not None:
+            raise click.UsageError("with KEY, give --version N (--as-of restores without KEY)")
+        _restored(_task(dag_id, run_id, task_id, map_index, write=True), key, version)
+        return
+    if as_of is None or version is not None:
+        raise click.UsageError("without KEY, give --as-of ISO (--version needs a KEY)")
+    n = _store(create=True).restore_task(
+        dag_id, run_id, task_id, as_of=_as_of(as_of), map_index=map_index, writer=cli_writer()
+    )
+    click.echo(f"restored {n} keys of {dag_id}.{task_id} in {run_id} as of {as_of}")
 
 
 @main.group()
@@ -490,6 +590,27 @@ def asset_clear(name: str | None, uri: str | None) -> None:
     _asset(name, uri).clear()
 
 
+@asset.command("history")
+@click.argument("key")
+@_asset_options
+@_LIMIT
+@_output_options
+def asset_history(
+    key: str, name: str | None, uri: str | None, limit: int | None, output: str, as_json: bool
+) -> None:
+    """KEY's kept versions, newest first."""
+    _history(_asset(name, uri), key, limit, output, as_json)
+
+
+@asset.command("restore")
+@click.argument("key")
+@_asset_options
+@click.option("--version", "version", type=int, required=True, help="The version to put back.")
+def asset_restore(key: str, name: str | None, uri: str | None, version: int) -> None:
+    """Put back KEY's version N (as a new version)."""
+    _restored(_asset(name, uri, write=True), key, version)
+
+
 # -- maintenance ----------------------------------------------------------------------------
 
 
@@ -533,6 +654,8 @@ def clean(dry_run: bool, batch_size: int | None, as_json: bool, airflow_offload:
             f"deleted {result.deleted} expired task keys in {result.batches} batch(es), "
             f"{result.seconds:.2f}s; longest batch {result.longest_batch_s * 1000:.1f} ms"
         )
+    if result.versions_pruned and not as_json:
+        click.echo(f"pruned {result.versions_pruned} history versions")
     if result.offloaded_orphans and not as_json:
         verb = "would remove" if dry_run else "removed"
         click.echo(f"{verb} {result.offloaded_orphans} orphaned offloaded objects")

@@ -61,6 +61,26 @@ class KeyNotFoundError(TaskStateError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+class NaiveDatetimeError(TaskStateError, TypeError):
+    """`as_of` is not a timezone-aware datetime (a naive one would mean a different instant on
+    each machine); pass e.g. `datetime(..., tzinfo=timezone.utc)`."""
+
+
+class HistoryUnavailableError(TaskStateError, LookupError):
+    """The version that covered the asked instant is no longer kept (pruned by
+    `[state_store] taskstate_history_versions` / `taskstate_history_retention_days`), or history
+    is off (`taskstate_history_versions = 0`): there is no value to give, rather than a wrong
+    one. Ask about a later instant, or keep more history."""
+
+
+class VersionNotFoundError(TaskStateError, KeyError):
+    """`restore` named a version of the key that does not exist or is no longer kept; see
+    `history(key)` for the kept ones."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
 class PreconditionFailedError(TaskStateError, ValueError):
     """A conditional write's precondition (etag match, create-only) did not hold; nothing was
     written. Read the key again and retry."""

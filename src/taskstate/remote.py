@@ -18,7 +18,7 @@ import random
 import time
 import uuid
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskstate import wire
@@ -100,7 +100,9 @@ class _Remote(_Accessor):
 
     # -- reading --------------------------------------------------------------------------
 
-    def get(self, key: str, default: Any = None) -> Any:
+    def get(self, key: str, default: Any = None, *, as_of: datetime | None = None) -> Any:
+        if as_of is not None:  # no history over HTTP yet: the typed refusal
+            return super().get(key, default, as_of=as_of)
         entry = self.entry(key)
         return default if entry is None else entry.value
 
@@ -149,6 +151,7 @@ class _Remote(_Accessor):
         if_match: str | None = None,
         if_none_match: bool = False,
         must_exist: bool = False,
+        op: str = "set",
     ) -> StoredEntry:
         """Write with an absolute expiry and optional preconditions (import, migration)."""
         text = self._encoded(key, value)
@@ -184,7 +187,11 @@ class _Remote(_Accessor):
         self._http.send(self._clear_request())
 
     def _atomic(
-        self, key: str, decide: Callable[[bool, Any], tuple[str | None, T]], retention: object
+        self,
+        key: str,
+        decide: Callable[[bool, Any], tuple[str | None, T]],
+        retention: object,
+        op: str,
     ) -> T:
         """GET-with-ETag → decide → conditional PUT, again on 412; a lost answer is resolved
         by the write id the next read shows."""
@@ -222,7 +229,9 @@ class _Remote(_Accessor):
 
     # -- async twins: the event loop's own connections ------------------------------------
 
-    async def aget(self, key: str, default: Any = None) -> Any:
+    async def aget(self, key: str, default: Any = None, *, as_of: datetime | None = None) -> Any:
+        if as_of is not None:
+            return self.get(key, default, as_of=as_of)
         try:
             entry = self._entry(await self._http.asend(self._get_request(key)))
         except KeyNotFoundError:

@@ -104,6 +104,14 @@ class Settings:
     state_cleanup_batch_size: int = _option(
         "state_store", "state_cleanup_batch_size", _int(0), default=0
     )
+    # History (docs/history.md): versions kept per key (0 = off), and their age limit in days
+    # (0 = none; the newest version of a live key always stays).
+    history_versions: int = _option(
+        "state_store", "taskstate_history_versions", _int(0), default=20
+    )
+    history_retention_days: int = _option(
+        "state_store", "taskstate_history_retention_days", _int(0), default=0
+    )
     clear_on_success: bool = _option("state_store", "clear_on_success", _bool, default=False)
     max_value_storage_bytes: int = _option(
         "state_store", "max_value_storage_bytes", _int(0), default=65535

@@ -6,18 +6,34 @@ themselves. The accessors a task uses live in `taskstate.accessors`; what a stor
 
 from __future__ import annotations
 
+import itertools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
+from datetime import datetime
 from itertools import groupby
-from typing import Any
+from typing import Any, cast
 
 from taskstate.accessors import AssetStateStore, MetaState, TaskStateStore, _Accessor
 from taskstate.backends import load_worker_backend, open_backend
-from taskstate.backends.base import Row, SchemaStatus, StateBackend, WorkerStateBackend
-from taskstate.cleanup import CleanupResult, LiveRefIndex, delete_expired
+from taskstate.backends.base import (
+    HistoryBackend,
+    Row,
+    SchemaStatus,
+    Stamp,
+    StateBackend,
+    VersionRow,
+    WorkerStateBackend,
+)
+from taskstate.cleanup import CleanupResult, LiveRefIndex, delete_expired, prune_versions
 from taskstate.discovery import Discovery
-from taskstate.errors import BackendError, ConfigError, OffloadedValueMissingError
+from taskstate.errors import (
+    BackendError,
+    ConfigError,
+    HistoryUnavailableError,
+    OffloadedValueMissingError,
+)
+from taskstate.history import Version, instant, utc, writer_dict
 from taskstate.metrics import Metrics, configured
 from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
 from taskstate.settings import Settings
@@ -32,7 +48,7 @@ from taskstate.stored import (
     is_live,
     stored_ref,
 )
-from taskstate.values import decode_value
+from taskstate.values import decode_value, expires_at
 from taskstate.writers import Writer, task_writer, writer_text
 
 ImportEntry = tuple[TaskScope | AssetScope, str, object, float | None, float | None, Writer | None]
@@ -94,6 +110,10 @@ class StateStore:
                 f"reached over HTTP ({self.describe()}): the server's store decides where "
                 "values live. Configure offloading on the server, and remove it here"
             )
+        # History: on when configured and the backend keeps it (the built-in SQL backends).
+        self.history = self.settings.history_versions if self.backend.keeps_history else 0
+        if self.backend.keeps_history:
+            self.backend.history_versions = self.history
         # Metrics/tracing (taskstate.metrics): `accessor_class` is the plain class when off.
         self.metrics = metrics if metrics is not None else configured()
 
@@ -168,6 +188,18 @@ class StateStore:
         etag = etag_of(row.value, row.expires_at, row.updated_by, row.updated_at)
         return StoredEntry(row.key, value, row.updated_at, row.expires_at, updated_by, etag)
 
+    def version_of(self, row: VersionRow) -> Version:
+        """A kept version as `history()` shows it."""
+        value = None if row.value is None else self.load_value(row.value)
+        return Version(
+            row.version,
+            value,
+            row.op,
+            utc(row.updated_at),  # type: ignore[arg-type]
+            writer_dict(row.updated_by),
+            utc(row.expires_at),
+        )
+
     def entries(self, prefix: str = "") -> Iterator[tuple[TaskScope | AssetScope, StoredEntry]]:
         """Every live key under a namespace prefix with its scope, decoded, in order."""
         for row in self.live_rows(prefix):
@@ -186,22 +218,98 @@ class StateStore:
     # -- maintenance --------------------------------------------------------------------------
 
     def clear_task(
-        self, dag_id: str, run_id: str, task_id: str, *, map_index: int | None = None
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        *,
+        map_index: int | None = None,
+        writer: Writer | None = None,
     ) -> int:
         """Delete a task instance's state (`map_index=None`: every map index): its rows, their
         offloaded objects and taskstate's markers. Returns how many keys went."""
         if map_index is None:
             prefix = task_prefix(dag_id, run_id, task_id)
             refs = self._refs(prefix)
-            count = self.backend.clear_prefix(prefix)
+            count = (
+                self._versioned.clear_prefix(prefix, self._stamp("clear", writer))
+                if self.history
+                else self.backend.clear_prefix(prefix)
+            )
             self.backend.clear_prefix(TaskScope(dag_id, run_id, task_id).meta_namespace[:-2])
         else:
             scope = TaskScope(dag_id, run_id, task_id, map_index)
             refs = self._refs(scope.namespace, exact=True)
-            count = self.backend.clear(scope.namespace)
+            count = (
+                self._versioned.clear(scope.namespace, self._stamp("clear", writer))
+                if self.history
+                else self.backend.clear(scope.namespace)
+            )
             self.backend.clear(scope.meta_namespace)
-        self._discard(refs)
+        self._discard_superseded(refs)
         return count
+
+    def no_history(self, what: str) -> HistoryUnavailableError:
+        """The error for a past value asked of a store that keeps no history, saying why."""
+        if not self.backend.keeps_history:
+            why = f"{self.describe()} keeps no history (docs/history.md says where it works)"
+        else:
+            why = "history is off ([state_store] taskstate_history_versions = 0)"
+        return HistoryUnavailableError(f"{why}: {what}")
+
+    def _stamp(self, op: str, writer: Writer | None) -> Stamp:
+        return Stamp(op, self.clock(), writer_text(writer))
+
+    @property
+    def _versioned(self) -> HistoryBackend:
+        """The backend, as one that keeps history (only used when `self.history`)."""
+        return cast(HistoryBackend, self.backend)
+
+    def restore_task(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        *,
+        as_of: datetime,
+        map_index: int | None = None,
+        writer: Writer | None = None,
+    ) -> int:
+        """Put back every key the task instance (`map_index=None`: every map index) held at
+        `as_of`, in one transaction: keys created since are deleted. The undo of a clear.
+        Returns how many keys were live at `as_of` (now live again)."""
+        at = instant(as_of)
+        if not self.history:
+            raise self.no_history("nothing to restore")
+        if map_index is None:
+            prefix = task_prefix(dag_id, run_id, task_id)
+        else:
+            prefix = TaskScope(dag_id, run_id, task_id, map_index).namespace
+        now = self.clock()
+        writes: list[Row] = []
+        deletes: list[tuple[str, str]] = []
+        for namespace, key, version in self._versioned.task_versions(prefix, at):
+            if map_index is not None and namespace != prefix:
+                continue
+            if version is None:
+                if self._versioned.first_version(namespace, key) not in (None, 1):
+                    raise HistoryUnavailableError(
+                        f"the version of {key!r} that covered {as_of.isoformat()} is no longer "
+                        "kept; restore a later instant or keep more history"
+                    )
+                if self._versioned.first_version(namespace, key) is None:
+                    continue  # written before history was on: nothing known about `as_of`
+                deletes.append((namespace, key))
+            elif version.value is None or not is_live(version.expires_at, at):
+                deletes.append((namespace, key))
+            else:
+                expiry = version.expires_at
+                if expiry is not None and expiry <= now:
+                    expiry = expires_at(None, self.settings.default_retention_days, now)
+                # An offloaded value keeps its object: a kept version refers to it, so it stays.
+                writes.append(Row(namespace, key, version.value, expiry, now, None))
+        self._versioned.restore_many(writes, deletes, Stamp("restore", now, writer_text(writer)))
+        return len(writes)
 
     def restore(
         self,
@@ -215,7 +323,7 @@ class StateStore:
         """Write with an absolute expiry (import, migration); the same rules as `set`.
         Asset state never expires, whatever `expires` says."""
         accessor = self._accessor(scope, writer)
-        accessor.write(key, value, expires_at=expires)
+        accessor.write(key, value, expires_at=expires, op="import")
 
     def import_entries(self, entries: Iterable[ImportEntry], *, replace: bool = True) -> int:
         """Write many keys all or nothing: every value is checked and offloaded first, then one
@@ -237,6 +345,11 @@ class StateStore:
                 expiry = expires if isinstance(scope, TaskScope) else None
                 at = now if updated_at is None else updated_at
                 rows.append(Row(scope.namespace, key, text, expiry, at, writer_text(writer)))
+            if self.history:
+                # Each imported key's version is stamped with the import time, so
+                # `get(as_of=...)` never predates its arrival here.
+                stamp = Stamp("import", now)
+                return self._versioned.set_many(rows, replace=replace, stamp=stamp)
             return self.backend.set_many(rows, replace=replace)
         except BaseException:
             self._discard(uploaded)
@@ -260,9 +373,28 @@ class StateStore:
         self, batch_size: int | None, dry_run: bool, on_batch: Callable[[int], None] | None
     ) -> CleanupResult:
         size = self.settings.state_cleanup_batch_size if batch_size is None else batch_size
+        now = self.clock()
         result = delete_expired(
-            self.backend, self.clock(), batch_size=size, dry_run=dry_run, on_batch=on_batch
+            self.backend,
+            now,
+            batch_size=size,
+            dry_run=dry_run,
+            on_batch=on_batch,
+            history=bool(self.history),
         )
+        if self.backend.keeps_history and not dry_run:
+            # History off (0) prunes every version; otherwise beyond the number and age kept.
+            days = self.settings.history_retention_days
+            before = now - days * 86400 if days and self.history else None
+            result = result.with_pruned(
+                prune_versions(
+                    self.backend,
+                    keep=self.history,
+                    before=before,
+                    batch_size=size,
+                    on_batch=on_batch,
+                )
+            )
         worker = self.worker_backend
         if worker is None:
             return result
@@ -270,11 +402,10 @@ class StateStore:
         # or after (a key expiring meanwhile) the row itself goes.
         # The references go to a temporary file, not a set: memory stays bounded by a batch.
         now = self.clock()
-        refs = (
-            ref
-            for row in self.backend.scan()
-            if is_live(row.expires_at, now) and (ref := stored_ref(row.value)) is not None
-        )
+        rows = (row.value for row in self.backend.scan() if is_live(row.expires_at, now))
+        # Objects a kept history version refers to stay too (restore may bring them back).
+        texts = itertools.chain(rows, self.backend.version_refs())
+        refs = (ref for text in texts if (ref := stored_ref(text)) is not None)
         with LiveRefIndex(refs) as live:
             return result.with_orphans(worker.sweep_orphans(live, dry_run=dry_run))
 
@@ -317,6 +448,12 @@ class StateStore:
             for row in self.backend.scan(prefix)
             if (not exact or row.namespace == prefix) and (ref := stored_ref(row.value))
         ]
+
+    def _discard_superseded(self, refs: list[str]) -> None:
+        """Remove the objects of rows just deleted or replaced, unless history keeps them (a
+        kept version refers to them; `cleanup` sweeps them once no version does)."""
+        if not self.history:
+            self._discard(refs)
 
     def _discard(self, refs: list[str]) -> None:
         """Remove objects that no committed row references (references are unique per write,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import json
 import os
@@ -53,8 +54,11 @@ def offload(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[OffloadB
 
 @pytest.fixture
 def store(offload: OffloadBackend, tmp_path: Path, clock: Clock) -> Iterator[StateStore]:
+    # History off: these tests pin when objects go without it (with history, kept versions
+    # keep their objects: tests/test_history.py).
     url = f"sqlite:///{tmp_path}/state.db"
-    with StateStore(url, settings=Settings(), worker_backend=offload, clock=clock) as s:
+    settings = dataclasses.replace(Settings(), history_versions=0)
+    with StateStore(url, settings=settings, worker_backend=offload, clock=clock) as s:
         yield s
 
 
@@ -262,6 +266,8 @@ def test_taskstate_clean_sweeps_orphans(tmp_path: Path) -> None:
         "AIRFLOW__WORKERS__STATE_STORE_BACKEND": "taskstate.backends.offload.OffloadBackend",
         "AIRFLOW__STATE_STORE__TASKSTATE_OFFLOAD_URL": f"file://{tmp_path}/objects",
         "AIRFLOW__STATE_STORE__TASKSTATE_URL": f"sqlite:///{tmp_path}/s.db",
+        # without history: no kept version refers to the left-behind object
+        "AIRFLOW__STATE_STORE__TASKSTATE_HISTORY_VERSIONS": "0",
     }
     settings = Settings.load(env)
     with StateStore(settings=settings) as s:
@@ -284,7 +290,8 @@ def test_taskstate_clean_sweeps_orphans(tmp_path: Path) -> None:
 @pytest.mark.postgres
 def test_offload_with_postgres_rows(tmp_path: Path, fresh_postgres_url: str) -> None:
     offload = OffloadBackend(f"file://{tmp_path}/objects", threshold=1000, compression="gzip")
-    with StateStore(fresh_postgres_url, settings=Settings(), worker_backend=offload) as s:
+    settings = dataclasses.replace(Settings(), history_versions=0)  # objects go at once
+    with StateStore(fresh_postgres_url, settings=settings, worker_backend=offload) as s:
         s.backend.migrate()
         accessor = s.task_state(SCOPE)
         accessor.set("big", BIG)
@@ -301,6 +308,8 @@ def test_cli_clear_all_map_indices_removes_their_objects(tmp_path: Path) -> None
         "AIRFLOW__WORKERS__STATE_STORE_BACKEND": "taskstate.backends.offload.OffloadBackend",
         "AIRFLOW__STATE_STORE__TASKSTATE_OFFLOAD_URL": f"file://{tmp_path}/objects",
         "AIRFLOW__STATE_STORE__TASKSTATE_URL": f"sqlite:///{tmp_path}/s.db",
+        # without history, whose kept versions keep their objects until `clean`
+        "AIRFLOW__STATE_STORE__TASKSTATE_HISTORY_VERSIONS": "0",
     }
     with StateStore(settings=Settings.load(env)) as s:
         for index in (-1, 0, 1):

@@ -80,7 +80,12 @@ def test_tables_are_prefixed_and_never_airflows(fresh_postgres_url: str) -> None
     with psycopg.connect(fresh_postgres_url) as conn:
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables").fetchall()}
     ours = {t for t in tables if not t.startswith(("pg_", "sql_"))}
-    assert ours == {"taskstate_entries", "taskstate_schema_version"}
+    assert ours == {
+        "taskstate_entries",
+        "taskstate_schema_version",
+        "taskstate_versions",
+        "taskstate_version_marks",
+    }
 
 
 def _migrate(url: str) -> list[int]:

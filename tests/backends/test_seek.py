@@ -5,6 +5,7 @@ bulk-loaded with 20,000 rows."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import tempfile
@@ -77,8 +78,13 @@ def sqlite_url() -> Iterator[str]:
         yield url
 
 
+# The statements of a plain write; with history (on by default) a write also appends its
+# version (docs/history.md), in the same transaction.
+_NO_HISTORY = dataclasses.replace(Settings(), history_versions=0)
+
+
 def test_sqlite_point_operations_send_one_statement_for_one_key(sqlite_url: str) -> None:
-    with StateStore(sqlite_url, settings=Settings(), clock=lambda: NOW) as store:
+    with StateStore(sqlite_url, settings=_NO_HISTORY, clock=lambda: NOW) as store:
         conn = store.backend._conn()  # type: ignore[attr-defined]
 
         def trace(operation: Callable[[], object]) -> list[str]:
@@ -158,7 +164,7 @@ def test_postgres_point_operations_send_one_statement_for_one_key(
     postgres_store_url: str,
 ) -> None:
     backend = PostgresBackend(postgres_store_url, pool_size=1)  # every call on one connection
-    with StateStore(settings=Settings(), backend=backend, clock=lambda: NOW) as store:
+    with StateStore(settings=_NO_HISTORY, backend=backend, clock=lambda: NOW) as store:
         pool = backend._pool()
         parsed: dict[str, str] = {}  # prepared statements outlive one trace
 

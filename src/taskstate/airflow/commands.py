@@ -93,6 +93,11 @@ def _print_report(report: Any, *, dry_run: bool, verify: bool) -> None:
     )
     for line in report.notes:
         click.echo(f"  {line}")
+    # Airflow's store keeps one value per key: history (docs/history.md) stays in taskstate.
+    click.echo(
+        f"{verb} the current values only: Airflow's store keeps no history; taskstate's "
+        "history stays readable here (taskstate task history ...)"
+    )
     if report.intents:
         click.echo(
             f"{report.intents} ResumableJobMixin intent rows copied: taskstate's mixin keeps "

@@ -38,6 +38,28 @@ class Entry(NamedTuple):
     updated_at: float | None = None
 
 
+class Stamp(NamedTuple):
+    """A write that history records (`taskstate.history`): the operation, when (epoch seconds)
+    and by whom (compact JSON text or None). A backend write given a stamp appends a version of
+    each key it changes in the same transaction, when the backend keeps history; without a
+    stamp (taskstate's own markers, history off) it appends none."""
+
+    op: str
+    at: float
+    by: str | None = None
+
+
+class VersionRow(NamedTuple):
+    """One kept version of a key; `value` None for a deletion (delete, clear, expire)."""
+
+    version: int
+    value: str | None
+    expires_at: float | None
+    updated_at: float
+    updated_by: str | None
+    op: str
+
+
 class Row(NamedTuple):
     namespace: str
     key: str
@@ -152,6 +174,24 @@ class StateBackend(ABC):
             "`taskstate import` cannot promise all or nothing; import into a built-in backend"
         )
 
+    # -- history (taskstate.history) -------------------------------------------------------------
+    # A backend that keeps history sets `keeps_history`; the store then hands its writes a
+    # `Stamp` and sets `history_versions` (versions kept per key, 0 = off) from the settings.
+    # Version numbers come from a per-key high-water mark that outlives the key and pruning.
+
+    keeps_history: bool = False
+    history_versions: int = 0
+
+    def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
+        """Delete up to `limit` versions (0: all) beyond the newest `keep` of their key, or
+        written before `before` (except the newest version of a key that has a row)."""
+        return 0
+
+    def version_refs(self) -> Iterator[str]:
+        """The stored text of each kept version that may hold an offload reference (its object
+        stays while the version does)."""
+        return iter(())
+
     # -- listings and discovery ----------------------------------------------------------------
     # The built-in backends answer each with indexed SQL (one statement; `groups` a recursive
     # skip over the namespace index, one seek per distinct field). These defaults, built on
@@ -257,6 +297,83 @@ class StateBackend(ABC):
 
     async def aclear(self, namespace: str) -> int:
         return await asyncio.to_thread(self.clear, namespace)
+
+
+class HistoryBackend(StateBackend):
+    """A backend that keeps history: each write method takes an optional `Stamp` and, given
+    one (and `history_versions` > 0), appends a version of every key it changes in the same
+    transaction. The store hands stamps only to a backend with `keeps_history`."""
+
+    keeps_history = True
+
+    @abstractmethod
+    def set(
+        self,
+        namespace: str,
+        key: str,
+        value: str,
+        expires_at: float | None,
+        now: float,
+        updated_by: str | None = None,
+        stamp: Stamp | None = None,
+    ) -> None: ...
+
+    @abstractmethod
+    def delete(self, namespace: str, key: str, stamp: Stamp | None = None) -> None: ...
+
+    @abstractmethod
+    def delete_if(
+        self, namespace: str, key: str, version: Entry, stamp: Stamp | None = None
+    ) -> bool: ...
+
+    @abstractmethod
+    def clear(self, namespace: str, stamp: Stamp | None = None) -> int: ...
+
+    @abstractmethod
+    def clear_prefix(self, prefix: str, stamp: Stamp | None = None) -> int: ...
+
+    @abstractmethod
+    def transact(
+        self,
+        namespace: str,
+        key: str,
+        fn: Callable[[Entry | None], tuple[Entry | None, T]],
+        now: float,
+        stamp: Stamp | None = None,
+    ) -> T: ...
+
+    @abstractmethod
+    def set_many(
+        self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None
+    ) -> int: ...
+
+    @abstractmethod
+    def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int: ...
+
+    @abstractmethod
+    def versions(
+        self, namespace: str, key: str, *, limit: int, at: float | None = None
+    ) -> list[VersionRow]:
+        """Kept versions of `key`, newest first, at most `limit`; `at`: only those written at
+        or before that instant."""
+
+    @abstractmethod
+    def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
+        """One kept version of `key`, or None."""
+
+    @abstractmethod
+    def first_version(self, namespace: str, key: str) -> int | None:
+        """The number of the oldest kept version of `key` (None: none kept)."""
+
+    @abstractmethod
+    def task_versions(self, prefix: str, at: float) -> list[tuple[str, str, VersionRow | None]]:
+        """(namespace, key, the version current at `at` or None) of every key under `prefix`
+        that has a kept version or a row (`restore_task`)."""
+
+    @abstractmethod
+    def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:
+        """Write `writes` and delete `deletes` in one transaction, each a version
+        (`restore_task`)."""
 
 
 def prefix_upper_bound(prefix: str) -> str:

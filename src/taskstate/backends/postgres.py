@@ -51,9 +51,11 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import (
     Entry,
+    HistoryBackend,
     Row,
     SchemaStatus,
-    StateBackend,
+    Stamp,
+    VersionRow,
     prefix_upper_bound,
 )
 from taskstate.errors import (
@@ -64,13 +66,23 @@ from taskstate.errors import (
     SchemaMissingError,
 )
 from taskstate.redaction import redact_url, scrub, url_secrets
+from taskstate.scope import META_PREFIX
 
 T = TypeVar("T")
 
 TABLE = "taskstate_entries"
+VERSIONS = "taskstate_versions"
+MARKS = "taskstate_version_marks"
 VERSION_TABLE = "taskstate_schema_version"
 
 _HEX32 = "[0-9a-f]{32}"
+
+# A key's identity columns in the history tables, as migration 3 made them in the state table.
+_IDENTITY = (
+    'namespace text COLLATE "C" NOT NULL, key text COLLATE "C" NOT NULL, '
+    "namespace_md5 uuid GENERATED ALWAYS AS (md5(namespace)::uuid) STORED, "
+    "key_md5 uuid GENERATED ALWAYS AS (md5(key)::uuid) STORED"
+)
 
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 # COLLATE "C": byte order, so a namespace prefix is an index range scan (and matches SQLite).
@@ -110,6 +122,32 @@ MIGRATIONS: list[str] = [
     # instance's first page reads one page of the index). A key is at most 512 characters, so
     # it fits a b-tree entry whole. Built without blocking writers (see `_ONLINE`).
     f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {TABLE}_keys ON {TABLE} (namespace_md5, key)",
+    # 5: history (docs/history.md): every kept version of a key, and each key's high-water
+    # mark (the last version number handed out; it outlives the key and its versions, so a
+    # number is never reused). New, empty tables: nothing existing is rewritten or locked, so
+    # this is online however large the state table is. value NULL: a deletion. Idempotent,
+    # like every step after it may be (a step is re-run when its record is missing).
+    f"""
+    CREATE TABLE IF NOT EXISTS {VERSIONS} (
+        {_IDENTITY},
+        version       bigint NOT NULL,
+        value         text,
+        expires_at    double precision,
+        updated_at    double precision NOT NULL,
+        updated_by    text,
+        op            text NOT NULL,
+        PRIMARY KEY (namespace_md5, key_md5, version)
+    );
+    CREATE INDEX IF NOT EXISTS {VERSIONS}_age ON {VERSIONS} (updated_at);
+    CREATE INDEX IF NOT EXISTS {VERSIONS}_at
+        ON {VERSIONS} (namespace_md5, key_md5, updated_at, version);
+    CREATE TABLE IF NOT EXISTS {MARKS} (
+        {_IDENTITY},
+        version       bigint NOT NULL,
+        PRIMARY KEY (namespace_md5, key_md5)
+    );
+    CREATE INDEX IF NOT EXISTS {MARKS}_order ON {MARKS} ((left(namespace, 200)));
+    """,
 ]
 # Versions whose statement cannot run in a transaction (CREATE INDEX CONCURRENTLY): applied
 # alone, on an autocommit connection, then recorded; each is idempotent, so a migration that
@@ -236,6 +274,90 @@ _DELETE_EXPIRED_BATCH = (
     f"DELETE FROM {TABLE} WHERE ctid = ANY(ARRAY("
     f"SELECT ctid FROM {TABLE} WHERE expires_at <= %s LIMIT %s)) AND expires_at <= %s"
 )
+
+# History: one statement per write (one round trip, as without history). `w` is what the write
+# changed (namespace, key, value, expires_at; value NULL for a deletion); each such key of user
+# state takes the next number from its mark and appends a version; a single-key write also
+# trims the key's versions beyond the number kept.
+_NAMED_KEY = "(namespace_md5, key_md5) = (md5(%(ns)s)::uuid, md5(%(key)s)::uuid)"
+_MARK_AND_KEEP = (
+    f"m AS (INSERT INTO {MARKS} (namespace, key, version) "
+    "SELECT namespace, key, 1 FROM w WHERE left(namespace, 2) <> %(meta)s "
+    f"ON CONFLICT (namespace_md5, key_md5) DO UPDATE SET version = {MARKS}.version + 1 "
+    "RETURNING namespace, key, version), "
+    f"v AS (INSERT INTO {VERSIONS} "
+    "(namespace, key, version, value, expires_at, updated_at, updated_by, op) "
+    "SELECT m.namespace, m.key, m.version, w.value, w.expires_at, %(at)s, %(by)s, %(op)s "
+    "FROM m JOIN w ON m.namespace = w.namespace AND m.key = w.key RETURNING 1) "
+)
+_TRIM = (
+    f"DELETE FROM {VERSIONS} WHERE {_NAMED_KEY} AND version <= (SELECT version FROM m) - %(keep)s"
+)
+_SET_KEPT = (
+    f"WITH w AS (INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
+    "VALUES (%(ns)s, %(key)s, %(value)s, %(exp)s, %(at)s, %(by)s) "
+    "ON CONFLICT (namespace_md5, key_md5) DO UPDATE SET value = excluded.value, "
+    "expires_at = excluded.expires_at, updated_at = excluded.updated_at, "
+    "updated_by = excluded.updated_by RETURNING namespace, key, value, expires_at), "
+    f"{_MARK_AND_KEEP}{_TRIM}"
+)
+_CREATE_KEPT = _SET_KEPT.replace(
+    "DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at, "
+    "updated_at = excluded.updated_at, updated_by = excluded.updated_by",
+    "DO NOTHING",
+)
+_APPEND = (
+    'WITH w AS (SELECT %(ns)s::text COLLATE "C" AS namespace, %(key)s::text COLLATE "C" AS key, '
+    "%(value)s::text AS value, %(exp)s::float8 AS expires_at), "
+    f"{_MARK_AND_KEEP}{_TRIM}"
+)
+# A DELETE (named parameters) that records a deletion version of each row it removes.
+_GONE_KEPT = (
+    "WITH w AS ({delete} RETURNING namespace, key, NULL::text AS value, "
+    f"NULL::float8 AS expires_at), {_MARK_AND_KEEP}SELECT count(*) FROM w"
+)
+_DELETE_NAMED = f"DELETE FROM {TABLE} WHERE {_NAMED_KEY}"
+_DELETE_IF_NAMED = (
+    _DELETE_NAMED + " AND value = %(was)s AND expires_at IS NOT DISTINCT FROM %(was_exp)s"
+    " AND updated_by IS NOT DISTINCT FROM %(was_by)s AND updated_at = %(was_at)s"
+)
+_CLEAR_NAMED = f"DELETE FROM {TABLE} WHERE namespace_md5 = md5(%(ns)s)::uuid"
+_DELETE_EXPIRED_NAMED = f"DELETE FROM {TABLE} WHERE expires_at <= %(now)s"
+_DELETE_EXPIRED_BATCH_NAMED = (
+    f"DELETE FROM {TABLE} WHERE ctid = ANY(ARRAY("
+    f"SELECT ctid FROM {TABLE} WHERE expires_at <= %(now)s LIMIT %(limit)s)) "
+    "AND expires_at <= %(now)s"
+)
+_VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
+_HISTORY = (
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} "
+    "ORDER BY version DESC LIMIT %(limit)s"
+)
+# As of an instant: through the (namespace_md5, key_md5, updated_at) index, one seek.
+_VERSIONS_AT = (
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND updated_at <= %(at)s "
+    "ORDER BY updated_at DESC, version DESC LIMIT %(limit)s"
+)
+_VERSION = f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND version = %(v)s"
+_FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE {_NAMED_KEY}"
+# Every key of a task instance that ever had a version (its mark) or has a row.
+_TASK_KEYS = (
+    f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} "
+    f"UNION SELECT namespace, key FROM {TABLE} WHERE {_RANGE} ORDER BY 1, 2"
+)
+_PRUNE = (
+    f"DELETE FROM {VERSIONS} WHERE ctid = ANY(ARRAY(SELECT v.ctid FROM {VERSIONS} v "
+    f"JOIN {MARKS} m ON (m.namespace_md5, m.key_md5) = (v.namespace_md5, v.key_md5) "
+    "WHERE v.version <= m.version - %(keep)s OR (v.updated_at < %(before)s "
+    f"AND NOT (v.version = m.version AND EXISTS (SELECT FROM {TABLE} e "
+    "WHERE (e.namespace_md5, e.key_md5) = (v.namespace_md5, v.key_md5)))) LIMIT %(limit)s))"
+)
+_VERSION_REFS_PAGE = (
+    f"SELECT namespace_md5, key_md5, version, value FROM {VERSIONS} "
+    "WHERE (namespace_md5, key_md5, version) > (%(ns)s, %(key)s, %(v)s) "
+    "ORDER BY namespace_md5, key_md5, version LIMIT %(limit)s"
+)
+_ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 
 # Answers while connecting that mean "ask again shortly", as opposed to a wrong password, no such
 # database, an unknown host or an invalid port, which waiting never fixes.
@@ -367,7 +489,7 @@ class _CommitOutcomeUnknown(Exception):
         self.xid, self.result = xid, result
 
 
-class PostgresBackend(StateBackend):
+class PostgresBackend(HistoryBackend):
     def __init__(
         self,
         url: str,
@@ -534,26 +656,63 @@ class PostgresBackend(StateBackend):
         expires_at: float | None,
         now: float,
         updated_by: str | None = None,
+        stamp: Stamp | None = None,
     ) -> None:
-        params = (namespace, key, value, expires_at, now, updated_by)
-        self._run(lambda conn: conn.hot().execute(_SET, params, prepare=True))
+        if stamp is None or not self.history_versions:
+            params = (namespace, key, value, expires_at, now, updated_by)
+            self._run(lambda conn: conn.hot().execute(_SET, params, prepare=True))
+            return
+        kept = self._kept(namespace, key, value, expires_at, stamp._replace(at=now, by=updated_by))
+        self._run(lambda conn: conn.hot().execute(_SET_KEPT, kept, prepare=True))
 
-    def delete(self, namespace: str, key: str) -> None:
-        self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=True))
+    def _kept(
+        self, namespace: str, key: str, value: str | None, expires_at: float | None, stamp: Stamp
+    ) -> dict[str, Any]:
+        """The parameters of a statement that records a version (`_MARK_AND_KEEP`)."""
+        return {
+            "ns": namespace, "key": key, "value": value, "exp": expires_at, "at": stamp.at,
+            "by": stamp.by, "op": stamp.op, "meta": META_PREFIX, "keep": self.history_versions,
+        }  # fmt: skip
 
-    def delete_if(self, namespace: str, key: str, version: Entry) -> bool:
-        params = (namespace, key, version.value, version.expires_at, version.updated_by,
-                  version.updated_at)  # fmt: skip
-        return bool(self._run(lambda conn: conn.execute(_DELETE_IF, params).rowcount))
+    def _deleting(
+        self, sql: str, params: dict[str, Any], stamp: Stamp | None, *, prepare: bool = False
+    ) -> int:
+        """Run a DELETE; with a stamp (and history on), a deletion version of each row gone,
+        in the same statement."""
+        if stamp is None or not self.history_versions:
+            return self._run(lambda conn: conn.execute(sql, params, prepare=prepare).rowcount)
+        kept = {**params, "at": stamp.at, "by": stamp.by, "op": stamp.op, "meta": META_PREFIX}
+        statement = _GONE_KEPT.format(delete=sql)
 
-    def clear(self, namespace: str) -> int:
-        return self._run(lambda conn: conn.execute(_CLEAR, (namespace,), prepare=True).rowcount)
+        def op(conn: _Connection) -> int:
+            row = conn.execute(statement, kept, prepare=prepare).fetchone()
+            return int(row[0]) if row else 0
 
-    def clear_prefix(self, prefix: str) -> int:
+        return self._run(op)
+
+    def delete(self, namespace: str, key: str, stamp: Stamp | None = None) -> None:
+        if stamp is None or not self.history_versions:
+            self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=True))
+            return
+        self._deleting(_DELETE_NAMED, {"ns": namespace, "key": key}, stamp, prepare=True)
+
+    def delete_if(
+        self, namespace: str, key: str, version: Entry, stamp: Stamp | None = None
+    ) -> bool:
+        params = {
+            "ns": namespace, "key": key, "was": version.value, "was_exp": version.expires_at,
+            "was_by": version.updated_by, "was_at": version.updated_at,
+        }  # fmt: skip
+        return self._deleting(_DELETE_IF_NAMED, params, stamp) > 0
+
+    def clear(self, namespace: str, stamp: Stamp | None = None) -> int:
+        return self._deleting(_CLEAR_NAMED, {"ns": namespace}, stamp, prepare=True)
+
+    def clear_prefix(self, prefix: str, stamp: Stamp | None = None) -> int:
         if not prefix:
-            return self._run(lambda conn: conn.execute(_CLEAR_ALL).rowcount)
+            return self._deleting(_CLEAR_ALL, {}, stamp)
         bounds = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
-        return self._run(lambda conn: conn.execute(_CLEAR_RANGE, bounds).rowcount)
+        return self._deleting(_CLEAR_RANGE, bounds, stamp)
 
     def transact(
         self,
@@ -561,7 +720,10 @@ class PostgresBackend(StateBackend):
         key: str,
         fn: Callable[[Entry | None], tuple[Entry | None, T]],
         now: float,
+        stamp: Stamp | None = None,
     ) -> T:
+        keeps = stamp is not None and self.history_versions > 0
+
         def attempt(conn: _Connection) -> T:
             while True:
                 xid = None
@@ -580,6 +742,10 @@ class PostgresBackend(StateBackend):
                         got = written.fetchone()
                         if got is None:
                             continue  # created concurrently: start over and lock that row
+                        if keeps and stamp is not None:
+                            at = stamp._replace(at=now, by=new.updated_by)
+                            kept = self._kept(namespace, key, new.value, new.expires_at, at)
+                            conn.execute(_APPEND, kept, prepare=True)
                         xid = got[0]
                     return result
                 except psycopg.OperationalError as exc:
@@ -623,10 +789,12 @@ class PostgresBackend(StateBackend):
                     "so it cannot apply twice. Read the key to see which"
                 ) from cause
 
-    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+    def set_many(self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None) -> int:
         params = [
             (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
         ]
+        if stamp is not None and self.history_versions:
+            return self._set_many_kept(rows, replace, stamp)
 
         def op(conn: psycopg.Connection[Any]) -> int:
             with conn.transaction(), conn.cursor() as cursor:
@@ -634,6 +802,88 @@ class PostgresBackend(StateBackend):
                 return cursor.rowcount
 
         return self._run(op)
+
+    def _set_many_kept(self, rows: list[Row], replace: bool, stamp: Stamp) -> int:
+        """`set_many` recording a version of each row written (stamped `stamp.at`: the import
+        time), in one transaction."""
+
+        def op(conn: psycopg.Connection[Any]) -> int:
+            written = 0
+            with conn.transaction():
+                for r in rows:
+                    params = self._kept(
+                        r.namespace, r.key, r.value, r.expires_at, stamp._replace(by=r.updated_by)
+                    )
+                    if replace:
+                        conn.execute(_SET, (*params_row(r),))
+                        conn.execute(_APPEND, params)
+                        written += 1
+                    elif conn.execute(_CREATE, (*params_row(r),)).rowcount:
+                        conn.execute(_APPEND, params)
+                        written += 1
+            return written
+
+        return self._run(op)
+
+    # -- history ----------------------------------------------------------------------------
+
+    def versions(
+        self, namespace: str, key: str, *, limit: int, at: float | None = None
+    ) -> list[VersionRow]:
+        params = {"ns": namespace, "key": key, "limit": limit, "at": at}
+        sql = _HISTORY if at is None else _VERSIONS_AT
+        rows = self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchall())
+        return [VersionRow(*row) for row in rows]
+
+    def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
+        params = {"ns": namespace, "key": key, "v": version}
+        row = self._run(lambda conn: conn.execute(_VERSION, params).fetchone())
+        return None if row is None else VersionRow(*row)
+
+    def first_version(self, namespace: str, key: str) -> int | None:
+        params = {"ns": namespace, "key": key}
+        row = self._run(lambda conn: conn.execute(_FIRST_VERSION, params).fetchone())
+        return None if row is None or row[0] is None else int(row[0])
+
+    def task_versions(self, prefix: str, at: float) -> list[tuple[str, str, VersionRow | None]]:
+        bounds = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
+        keys = self._run(lambda conn: conn.execute(_TASK_KEYS, bounds).fetchall())
+        found: list[tuple[str, str, VersionRow | None]] = []
+        for namespace, key in keys:
+            current = self.versions(namespace, key, limit=1, at=at)
+            found.append((namespace, key, current[0] if current else None))
+        return found
+
+    def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:
+        def op(conn: psycopg.Connection[Any]) -> None:
+            with conn.transaction():
+                for r in writes:
+                    conn.execute(_SET_KEPT, self._kept(r.namespace, r.key, r.value, r.expires_at,
+                                                       stamp))  # fmt: skip
+                for namespace, key in deletes:
+                    params = {"ns": namespace, "key": key, "at": stamp.at, "by": stamp.by,
+                              "op": stamp.op, "meta": META_PREFIX}  # fmt: skip
+                    conn.execute(_GONE_KEPT.format(delete=_DELETE_NAMED), params)
+
+        self._run(op)
+
+    def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
+        params = {
+            "keep": keep, "before": -_INF if before is None else before, "limit": limit or None,
+        }  # fmt: skip
+        return self._run(lambda conn: conn.execute(_PRUNE, params).rowcount)
+
+    def version_refs(self) -> Iterator[str]:
+        after: dict[str, Any] = {"ns": _ZERO_UUID, "key": _ZERO_UUID, "v": 0}
+        while True:
+            page = {**after, "limit": _SCAN_PAGE_SIZE}
+            rows = self._run(functools.partial(_fetch_all, sql=_VERSION_REFS_PAGE, params=page))
+            for row in rows:
+                if row[3] is not None and row[3].startswith("@"):
+                    yield row[3]
+            if len(rows) < _SCAN_PAGE_SIZE:
+                return
+            after = {"ns": rows[-1][0], "key": rows[-1][1], "v": rows[-1][2]}
 
     def scan(self, prefix: str = "") -> Iterator[Row]:
         after = (prefix, "")
@@ -725,7 +975,10 @@ class PostgresBackend(StateBackend):
 
         return self._run(op)
 
-    def delete_expired(self, now: float, limit: int) -> int:
+    def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int:
+        if stamp is not None and self.history_versions:
+            sql = _DELETE_EXPIRED_NAMED if limit <= 0 else _DELETE_EXPIRED_BATCH_NAMED
+            return self._deleting(sql, {"now": now, "limit": limit}, stamp)
         if limit <= 0:
             return self._run(lambda conn: conn.execute(_DELETE_EXPIRED, (now,)).rowcount)
         params = (now, limit, now)
@@ -793,6 +1046,17 @@ class PostgresBackend(StateBackend):
                         f"PostgreSQL at {self.server} is unavailable after "
                         f"{self._retry_window_s:.0f}s: {str(exc).strip()}"
                     ) from exc
+
+
+_INF = float("inf")
+
+
+def _fetch_all(conn: psycopg.Connection[Any], *, sql: str, params: dict[str, Any]) -> list[Any]:
+    return conn.execute(sql, params).fetchall()
+
+
+def params_row(r: Row) -> tuple[Any, ...]:
+    return (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by)
 
 
 def _configure(conn: _Connection, mode: bool | None) -> None:

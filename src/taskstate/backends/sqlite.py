@@ -33,18 +33,23 @@ from urllib.parse import parse_qs, unquote, urlsplit
 from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import (
     Entry,
+    HistoryBackend,
     Row,
     SchemaStatus,
-    StateBackend,
+    Stamp,
+    VersionRow,
     like_matcher,
     prefix_upper_bound,
 )
 from taskstate.errors import BackendBusyError, BackendError, ConfigError, DatabaseMissingError
 from taskstate.redaction import redact_url
+from taskstate.scope import META_PREFIX
 
 T = TypeVar("T")
 
 TABLE = "taskstate_entries"
+VERSIONS = "taskstate_versions"
+MARKS = "taskstate_version_marks"
 
 _HEX32 = "[0-9a-f]" * 32
 
@@ -69,6 +74,30 @@ MIGRATIONS: list[str] = [
     ALTER TABLE {TABLE} ADD COLUMN updated_by TEXT;
     UPDATE {TABLE} SET value = '@taskstate-ref:' || substr(value, 23, 98)
         WHERE value GLOB '{{"__taskstate_ref__":"{_HEX32}/{_HEX32}/{_HEX32}"}}'
+    """,
+    # 3: history (docs/history.md). Every kept version of a key, and each key's high-water
+    # mark: the last version number handed out, kept after the key and its versions go, so a
+    # number is never reused. value NULL: a deletion.
+    f"""
+    CREATE TABLE IF NOT EXISTS {VERSIONS} (
+        namespace  TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        version    INTEGER NOT NULL,
+        value      TEXT,
+        expires_at REAL,
+        updated_at REAL NOT NULL,
+        updated_by TEXT,
+        op         TEXT NOT NULL,
+        PRIMARY KEY (namespace, key, version)
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS {VERSIONS}_age ON {VERSIONS} (updated_at);
+    CREATE INDEX IF NOT EXISTS {VERSIONS}_at ON {VERSIONS} (namespace, key, updated_at, version);
+    CREATE TABLE IF NOT EXISTS {MARKS} (
+        namespace TEXT NOT NULL,
+        key       TEXT NOT NULL,
+        version   INTEGER NOT NULL,
+        PRIMARY KEY (namespace, key)
+    ) WITHOUT ROWID
     """,
 ]
 
@@ -133,6 +162,42 @@ _GROUPS = {
     for whole in (True, False)
 }
 _TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
+# History: the next number from the key's mark, the version, and (once past the number kept)
+# the versions that fell out of the window, all in the write's transaction.
+_NEXT_VERSION = (
+    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (?, ?, 1) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET version = version + 1 RETURNING version"
+)
+_APPEND = f"INSERT INTO {VERSIONS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_TRIM = f"DELETE FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version <= ?"
+_VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
+_HISTORY = (
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
+    "ORDER BY version DESC LIMIT :limit"
+)
+# As of an instant: through the (namespace, key, updated_at) index, one seek however many
+# versions the key has.
+_VERSIONS_AT = (
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
+    "AND updated_at <= :at ORDER BY updated_at DESC, version DESC LIMIT :limit"
+)
+_VERSION = (
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version = ?"
+)
+_FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE namespace = ? AND key = ?"
+_TASK_KEYS = (
+    f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi "
+    f"UNION SELECT namespace, key FROM {TABLE} WHERE namespace >= :lo AND namespace < :hi "
+    "ORDER BY 1, 2"
+)
+_PRUNE = (
+    f"DELETE FROM {VERSIONS} WHERE (namespace, key, version) IN ("
+    f"SELECT v.namespace, v.key, v.version FROM {VERSIONS} v JOIN {MARKS} m "
+    "USING (namespace, key) WHERE v.version <= m.version - :keep OR (v.updated_at < :before "
+    f"AND NOT (v.version = m.version AND EXISTS (SELECT 1 FROM {TABLE} e "
+    "WHERE e.namespace = v.namespace AND e.key = v.key))) LIMIT :limit)"
+)
+_VERSION_REFS = f"SELECT value FROM {VERSIONS} WHERE value >= '@' AND value < 'A'"
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= ?"
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
 # Bounded: one bound parameter however large the batch (stock SQLite caps variables at 999/32766).
@@ -140,6 +205,7 @@ _DELETE_EXPIRED_BATCH = (
     f"DELETE FROM {TABLE} WHERE (namespace, key) IN "
     f"(SELECT namespace, key FROM {TABLE} WHERE expires_at <= ? LIMIT ?)"
 )
+_GONE = " RETURNING namespace, key"
 
 
 def path_from_url(url: str) -> Path:
@@ -274,7 +340,10 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(before=_before_fork, after_in_child=_after_fork_in_child)
 
 
-class SQLiteBackend(StateBackend):
+_INF = float("inf")
+
+
+class SQLiteBackend(HistoryBackend):
     def __init__(self, url: str, *, busy_timeout_s: float = 60.0, create: bool = True) -> None:
         """`create=False`: a missing file is a `DatabaseMissingError` instead of a new, empty
         database (so a read with a mistyped path does not leave a file behind)."""
@@ -389,27 +458,64 @@ class SQLiteBackend(StateBackend):
         expires_at: float | None,
         now: float,
         updated_by: str | None = None,
+        stamp: Stamp | None = None,
     ) -> None:
-        self._conn().execute(_SET, (namespace, key, value, expires_at, now, updated_by))
+        params = (namespace, key, value, expires_at, now, updated_by)
+        if stamp is None or not self.history_versions:
+            self._conn().execute(_SET, params)
+            return
+        with self._write_transaction(self._conn()) as conn:
+            conn.execute(_SET, params)
+            self._append(conn, namespace, key, value, expires_at, stamp._replace(by=updated_by))
+
+    def _append(
+        self,
+        conn: sqlite3.Connection,
+        namespace: str,
+        key: str,
+        value: str | None,
+        expires_at: float | None,
+        stamp: Stamp,
+    ) -> None:
+        """Record a version of `key` in the caller's transaction."""
+        version = conn.execute(_NEXT_VERSION, (namespace, key)).fetchone()[0]
+        conn.execute(
+            _APPEND, (namespace, key, version, value, expires_at, stamp.at, stamp.by, stamp.op)
+        )
+        if version > self.history_versions:
+            conn.execute(_TRIM, (namespace, key, version - self.history_versions))
+
+    def _deleting(self, sql: str, params: tuple[Any, ...], stamp: Stamp | None) -> int:
+        """Run a DELETE; with a stamp (and history on), a deletion version of each row gone."""
+        if stamp is None or not self.history_versions:
+            return self._conn().execute(sql, params).rowcount
+        with self._write_transaction(self._conn()) as conn:
+            gone = conn.execute(sql + _GONE, params).fetchall()
+            for namespace, key in gone:
+                if not namespace.startswith(META_PREFIX):
+                    self._append(conn, namespace, key, None, None, stamp)
+        return len(gone)
 
     @_typed_errors
-    def delete(self, namespace: str, key: str) -> None:
-        self._conn().execute(_DELETE, (namespace, key))
+    def delete(self, namespace: str, key: str, stamp: Stamp | None = None) -> None:
+        self._deleting(_DELETE, (namespace, key), stamp)
 
     @_typed_errors
-    def delete_if(self, namespace: str, key: str, version: Entry) -> bool:
+    def delete_if(
+        self, namespace: str, key: str, version: Entry, stamp: Stamp | None = None
+    ) -> bool:
         params = (namespace, key, version.value, version.expires_at, version.updated_by)
-        return self._conn().execute(_DELETE_IF, (*params, version.updated_at)).rowcount > 0
+        return self._deleting(_DELETE_IF, (*params, version.updated_at), stamp) > 0
 
     @_typed_errors
-    def clear(self, namespace: str) -> int:
-        return self._conn().execute(_CLEAR, (namespace,)).rowcount
+    def clear(self, namespace: str, stamp: Stamp | None = None) -> int:
+        return self._deleting(_CLEAR, (namespace,), stamp)
 
     @_typed_errors
-    def clear_prefix(self, prefix: str) -> int:
+    def clear_prefix(self, prefix: str, stamp: Stamp | None = None) -> int:
         if not prefix:
-            return self._conn().execute(f"DELETE FROM {TABLE}").rowcount
-        return self._conn().execute(_CLEAR_RANGE, (prefix, prefix_upper_bound(prefix))).rowcount
+            return self._deleting(f"DELETE FROM {TABLE}", (), stamp)
+        return self._deleting(_CLEAR_RANGE, (prefix, prefix_upper_bound(prefix)), stamp)
 
     @_typed_errors
     def transact(
@@ -418,6 +524,7 @@ class SQLiteBackend(StateBackend):
         key: str,
         fn: Callable[[Entry | None], tuple[Entry | None, T]],
         now: float,
+        stamp: Stamp | None = None,
     ) -> T:
         with self._write_transaction(self._conn()) as conn:
             row = conn.execute(_GET, (namespace, key)).fetchone()
@@ -425,16 +532,91 @@ class SQLiteBackend(StateBackend):
             if new is not None:
                 params = (new.value, new.expires_at, now, new.updated_by)
                 conn.execute(_SET, (namespace, key, *params))
+                if stamp is not None and self.history_versions:
+                    self._append(
+                        conn,
+                        namespace,
+                        key,
+                        new.value,
+                        new.expires_at,
+                        stamp._replace(at=now, by=new.updated_by),
+                    )
         return result
 
     @_typed_errors
-    def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+    def set_many(self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None) -> int:
         params = [
             (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
         ]
         with self._write_transaction(self._conn()) as conn:
-            written: int = conn.executemany(_SET if replace else _CREATE, params).rowcount
+            if stamp is None or not self.history_versions:
+                written: int = conn.executemany(_SET if replace else _CREATE, params).rowcount
+                return written
+            written = 0
+            for row, param in zip(rows, params, strict=True):
+                if conn.execute(_SET if replace else _CREATE, param).rowcount:
+                    written += 1
+                    self._append(
+                        conn,
+                        row.namespace,
+                        row.key,
+                        row.value,
+                        row.expires_at,
+                        stamp._replace(by=row.updated_by),
+                    )
         return written
+
+    @_typed_errors
+    def versions(
+        self, namespace: str, key: str, *, limit: int, at: float | None = None
+    ) -> list[VersionRow]:
+        params = {"ns": namespace, "key": key, "limit": limit, "at": at}
+        sql = _HISTORY if at is None else _VERSIONS_AT
+        return [VersionRow(*row) for row in self._conn().execute(sql, params)]
+
+    @_typed_errors
+    def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
+        row = self._conn().execute(_VERSION, (namespace, key, version)).fetchone()
+        return None if row is None else VersionRow(*row)
+
+    @_typed_errors
+    def first_version(self, namespace: str, key: str) -> int | None:
+        found = self._conn().execute(_FIRST_VERSION, (namespace, key)).fetchone()[0]
+        return None if found is None else int(found)
+
+    @_typed_errors
+    def task_versions(self, prefix: str, at: float) -> list[tuple[str, str, VersionRow | None]]:
+        params = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
+        keys = self._conn().execute(_TASK_KEYS, params).fetchall()
+        found = []
+        for namespace, key in keys:
+            current = self.versions(namespace, key, limit=1, at=at)
+            found.append((namespace, key, current[0] if current else None))
+        return found
+
+    @_typed_errors
+    def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:
+        with self._write_transaction(self._conn()) as conn:
+            for row in writes:
+                conn.execute(
+                    _SET, (row.namespace, row.key, row.value, row.expires_at, stamp.at, stamp.by)
+                )
+                self._append(conn, row.namespace, row.key, row.value, row.expires_at, stamp)
+            for namespace, key in deletes:
+                if conn.execute(_DELETE, (namespace, key)).rowcount:
+                    self._append(conn, namespace, key, None, None, stamp)
+
+    @_typed_errors
+    def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
+        params = {"keep": keep, "before": -_INF if before is None else before, "limit": limit or -1}
+        return self._conn().execute(_PRUNE, params).rowcount
+
+    def version_refs(self) -> Iterator[str]:
+        try:
+            for (value,) in self._conn().execute(_VERSION_REFS):
+                yield value
+        except sqlite3.Error as exc:
+            raise self._error(exc) from exc
 
     def scan(self, prefix: str = "") -> Iterator[Row]:
         try:
@@ -506,11 +688,10 @@ class SQLiteBackend(StateBackend):
         return int(self._conn().execute(_COUNT_EXPIRED, (now,)).fetchone()[0])
 
     @_typed_errors
-    def delete_expired(self, now: float, limit: int) -> int:
-        conn = self._conn()
+    def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int:
         if limit <= 0:
-            return conn.execute(_DELETE_EXPIRED, (now,)).rowcount
-        return conn.execute(_DELETE_EXPIRED_BATCH, (now, limit)).rowcount
+            return self._deleting(_DELETE_EXPIRED, (now,), stamp)
+        return self._deleting(_DELETE_EXPIRED_BATCH, (now, limit), stamp)
 
     @_typed_errors
     def schema_status(self) -> SchemaStatus:

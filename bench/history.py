@@ -1,0 +1,108 @@
+"""History's cost: `set` and `get` p50 with history on (default settings: 20 versions per key)
+vs off, on SQLite and PostgreSQL, each pair in the same process, interleaved round by round;
+then `get(as_of=...)` p50/p99 on a key with 10,000 kept versions. PostgreSQL: a server the test
+harness starts.
+
+    .venv/bin/python bench/history.py [--ops 2000] [--rounds 5] [--versions 10000]
+
+Prints the load (os.getloadavg), row counts and the ratios; no assertion (never in CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from tests.postgres_server import running_server
+
+from taskstate import StateStore, TaskScope
+from taskstate.settings import Settings
+
+KEYS = 100  # each key is rewritten ops/KEYS times per round: history trims as it goes
+
+
+def _times(fn: Callable[[int], object], ops: int) -> list[float]:
+    times = []
+    for i in range(ops):
+        t0 = time.perf_counter()
+        fn(i)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _store(url: str, versions: int) -> StateStore:
+    return StateStore(url, settings=dataclasses.replace(Settings(), history_versions=versions))
+
+
+def on_vs_off(name: str, url: str, ops: int, rounds: int) -> None:
+    states = {
+        side: _store(url, versions).task_state(TaskScope("bench", side, "task"))
+        for side, versions in (("on", 20), ("off", 0))
+    }
+    p50s: dict[str, dict[str, list[float]]] = {side: {"set": [], "get": []} for side in states}
+    for _ in range(rounds):
+        for side, state in states.items():
+            sets = _times(lambda i, s=state: s.set(f"k{i % KEYS}", {"n": i}), ops)
+            gets = _times(lambda i, s=state: s.get(f"k{i % KEYS}"), ops)
+            p50s[side]["set"].append(statistics.median(sets))
+            p50s[side]["get"].append(statistics.median(gets))
+    for op in ("set", "get"):
+        on, off = statistics.median(p50s["on"][op]), statistics.median(p50s["off"][op])
+        print(
+            f"{name} {op}: p50 on {on * 1e6:.1f} us, off {off * 1e6:.1f} us, ratio {on / off:.2f}x"
+        )
+
+
+def as_of(name: str, url: str, versions: int) -> None:
+    clock = [1_000_000.0]
+    settings = dataclasses.replace(Settings(), history_versions=versions)
+    store = StateStore(url, settings=settings, clock=lambda: clock[0])
+    state = store.task_state(TaskScope("bench", "as_of", "task"))
+    for i in range(versions):
+        clock[0] += 1
+        state.set("cursor", i)
+    rng = random.Random(7)
+    instants = [
+        datetime.fromtimestamp(1_000_000.5 + rng.randrange(versions), timezone.utc)
+        for _ in range(1000)
+    ]
+    times = sorted(_times(lambda i: state.get("cursor", as_of=instants[i]), len(instants)))
+    print(
+        f"{name} get(as_of=) on a key with {versions} versions: p50 "
+        f"{times[len(times) // 2] * 1e3:.2f} ms, p99 {times[int(len(times) * 0.99)] * 1e3:.2f} ms"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ops", type=int, default=2000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--versions", type=int, default=10000)
+    args = parser.parse_args()
+    load = os.getloadavg()
+    print(
+        f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1 thread; {KEYS} keys; "
+        f"{args.ops} ops x {args.rounds} rounds per side, interleaved"
+    )
+    sqlite_url = f"sqlite:///{tempfile.mkdtemp()}/bench.db"
+    on_vs_off("sqlite", sqlite_url, args.ops, args.rounds)
+    as_of("sqlite", sqlite_url, args.versions)
+    with running_server() as server:
+        _store(server.url, 0).migrate()
+        on_vs_off("postgres", server.url, args.ops, args.rounds)
+        as_of("postgres", server.url, args.versions)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""State history: what a key held before, and putting it back (docs/history.md).
+
+Each write that changes a key appends a `Version` in the same transaction (the backend does it,
+given a `Stamp`); `[state_store] taskstate_history_versions` bounds how many are kept per key
+and `taskstate_history_retention_days` how old they may be. Version numbers come from a per-key
+high-water mark that outlives pruning and deletion, so a number is never reused.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from taskstate.errors import NaiveDatetimeError
+
+#: Every operation a version can record.
+OPS = ("set", "update", "compare_and_set", "delete", "clear", "expire", "import", "restore")
+
+
+@dataclass(frozen=True)
+class Version:
+    """One kept version of a key, as `history()` returns it (newest first).
+
+    `value` is None for a deletion (`delete`, `clear`, `expire`); `updated_by` is the same dict
+    as the API's `last_updated_by` (None: unknown)."""
+
+    version: int
+    value: Any
+    op: str
+    updated_at: datetime
+    updated_by: dict[str, Any] | None
+    expires_at: datetime | None
+
+
+def instant(as_of: object) -> float:
+    """`as_of` (an aware datetime) as epoch seconds; anything else is a typed TypeError."""
+    if not isinstance(as_of, datetime):
+        raise NaiveDatetimeError(
+            f"as_of must be a timezone-aware datetime, got {type(as_of).__name__}"
+        )
+    if as_of.tzinfo is None or as_of.utcoffset() is None:
+        raise NaiveDatetimeError(
+            f"as_of={as_of.isoformat()} has no time zone; pass an aware datetime, e.g. "
+            "datetime(..., tzinfo=timezone.utc)"
+        )
+    return as_of.timestamp()
+
+
+def utc(seconds: float | None) -> datetime | None:
+    return None if seconds is None else datetime.fromtimestamp(seconds, timezone.utc)
+
+
+def writer_dict(text: str | None) -> dict[str, Any] | None:
+    return None if text is None else dict(json.loads(text))

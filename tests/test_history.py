@@ -1,0 +1,221 @@
+"""State history on SQLite (docs/history.md): versions per write, as_of reads, restore."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from taskstate import StateStore, TaskScope, Version
+from taskstate.errors import HistoryUnavailableError, NaiveDatetimeError, VersionNotFoundError
+from taskstate.scope import AssetScope
+from taskstate.settings import Settings
+
+SCOPE = TaskScope("etl", "run_1", "load")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def tick(self, seconds: float = 10.0) -> datetime:
+        """Move on; returns an instant strictly between the writes before and after."""
+        self.now += seconds
+        return datetime.fromtimestamp(self.now - seconds / 2, timezone.utc)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each test on both built-in backends (the history contract)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/s.db"
+    fresh: str = request.getfixturevalue("fresh_postgres_url")
+    with StateStore(fresh, settings=Settings()) as store:
+        store.migrate()
+    return fresh
+
+
+def make(url: str, clock: Clock, **options: int) -> StateStore:
+    settings = dataclasses.replace(Settings(), **options)
+    return StateStore(url, settings=settings, clock=clock)
+
+
+def test_every_changing_write_is_a_version_and_refused_ones_are_not(url: str) -> None:
+    clock = Clock()
+    store = make(url, clock)
+    state = store.task_state(SCOPE)
+    state.set("k", 1)
+    clock.tick()
+    state.update("k", lambda n: n + 1)
+    clock.tick()
+    assert state.compare_and_set("k", 2, 3)
+    assert not state.compare_and_set("k", 99, 4)  # refused: no version
+    with pytest.raises(ZeroDivisionError):
+        state.update("k", lambda n: 1 / 0)
+    state.delete("k")
+    state.delete("k")  # no-op: no version
+    history = state.history("k")
+    assert [(v.version, v.op, v.value) for v in history] == [
+        (4, "delete", None),
+        (3, "compare_and_set", 3),
+        (2, "update", 2),
+        (1, "set", 1),
+    ]
+    assert isinstance(history[0], Version)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        history[0].value = 5  # type: ignore[misc]
+    first = history[-1]
+    assert first.updated_at.tzinfo is timezone.utc and first.updated_by is not None
+    assert first.updated_by["kind"] == "task"
+    assert first.expires_at is not None and first.expires_at.tzinfo is timezone.utc
+    state.set("k", "again")  # created again: the number goes on
+    assert state.history("k", limit=1)[0].version == 5
+    state.set("other", 1)
+    state.clear()
+    assert state.history("other")[0].op == "clear"
+
+
+def test_as_of_reads_the_value_held_then(url: str) -> None:
+    clock = Clock()
+    store = make(url, clock)
+    state = store.task_state(SCOPE)
+    before = clock.tick()
+    clock.tick()
+    state.set("k", "a")
+    at_a = clock.tick()
+    state.set("k", "b")
+    at_b = clock.tick()
+    state.delete("k")
+    after = clock.tick()
+    assert state.get("k", "dflt", as_of=before) == "dflt"
+    assert state.get("k", as_of=at_a) == "a"
+    assert state.get("k", as_of=at_b) == "b"
+    assert state.get("k", "gone", as_of=after) == "gone"
+    assert asyncio.run(state.aget("k", as_of=at_a)) == "a"
+    with pytest.raises(NaiveDatetimeError) as caught:
+        state.get("k", as_of=datetime(2026, 1, 1))
+    assert isinstance(caught.value, TypeError)
+
+
+def test_history_is_bounded_and_as_of_past_the_window_is_unavailable(url: str) -> None:
+    clock = Clock()
+    store = make(url, clock, history_versions=3)
+    state = store.task_state(SCOPE)
+    early = clock.tick()
+    clock.tick()
+    state.set("k", 0)
+    first = clock.tick()
+    for n in range(1, 6):
+        state.set("k", n)
+        clock.tick()
+    assert [v.version for v in state.history("k")] == [6, 5, 4]
+    assert state.history("k", limit=10) == state.history("k")
+    with pytest.raises(HistoryUnavailableError) as caught:
+        state.get("k", as_of=first)
+    assert isinstance(caught.value, LookupError)
+    with pytest.raises(HistoryUnavailableError):
+        state.get("k", as_of=early)  # version 1 was pruned: before it is unknown too
+    # A lower setting caps what history() returns at once, before any clean.
+    narrower = make(url, clock, history_versions=2).task_state(SCOPE)
+    assert [v.version for v in narrower.history("k")] == [6, 5]
+
+
+def test_restore_writes_a_version_back(url: str) -> None:
+    clock = Clock()
+    store = make(url, clock)
+    asset = store.asset_state(AssetScope("s3://bucket/x"))
+    asset.set("cursor", {"at": 1})
+    asset.set("cursor", {"at": 999})
+    restored = asset.restore("cursor", 1)
+    assert restored.op == "restore" and restored.version == 3 and restored.value == {"at": 1}
+    assert asset.get("cursor") == {"at": 1}
+    asset.delete("cursor")
+    asset.set("cursor", 5)
+    assert asyncio.run(asset.arestore("cursor", 4)).value is None  # a deletion deletes
+    assert asset.get("cursor") is None
+    with pytest.raises(VersionNotFoundError) as caught:
+        asset.restore("cursor", 42)
+    assert isinstance(caught.value, KeyError)
+    assert [v.op for v in asyncio.run(asset.ahistory("cursor", 2))] == ["restore", "set"]
+
+
+def test_restore_task_undoes_a_clear(url: str) -> None:
+    clock = Clock()
+    store = make(url, clock)
+    mapped = [store.task_state(TaskScope("etl", "run_1", "load", i)) for i in range(2)]
+    mapped[0].set("a", 1)
+    mapped[1].set("b", 2)
+    good = clock.tick()
+    mapped[0].set("a", 10)
+    store.clear_task("etl", "run_1", "load")
+    mapped[1].set("late", 3)  # created after `as_of`: goes
+    assert store.restore_task("etl", "run_1", "load", as_of=good) == 2
+    assert mapped[0].items() == [("a", 1)] and mapped[1].items() == [("b", 2)]
+    assert mapped[0].history("a", 1)[0].op == "restore"
+
+
+def test_history_off_keeps_nothing_and_refuses_the_past(url: str) -> None:
+    clock = Clock()
+    store = make(url, clock, history_versions=0)
+    state = store.task_state(SCOPE)
+    state.set("k", 1)
+    assert state.history("k") == []
+    with pytest.raises(HistoryUnavailableError):
+        state.get("k", as_of=clock.tick())
+    with pytest.raises(HistoryUnavailableError):
+        state.restore("k", 1)
+
+
+def test_clean_prunes_by_age_but_keeps_a_live_keys_newest(url: str) -> None:
+    clock = Clock()
+    store = make(url, clock, history_retention_days=1, default_retention_days=0)
+    state = store.task_state(SCOPE)
+    for n in range(5):
+        state.set("k", n)
+    clock.tick(3 * 86400)
+    result = store.cleanup(batch_size=2)
+    assert result.versions_pruned == 4
+    assert [v.version for v in state.history("k")] == [5]
+    state.set("k", 9)
+    assert [v.version for v in state.history("k")] == [6, 5]
+
+
+def test_expiry_by_cleanup_is_a_version(url: str) -> None:
+    clock = Clock()
+    store = make(url, clock, default_retention_days=1)
+    state = store.task_state(SCOPE)
+    state.set("k", 1)
+    clock.tick(2 * 86400)
+    store.cleanup()
+    assert [(v.op, v.value) for v in state.history("k")] == [("expire", None), ("set", 1)]
+
+
+def test_an_offloaded_object_stays_while_a_kept_version_refers_to_it(
+    url: str, tmp_path: Path
+) -> None:
+    from taskstate.backends.offload import OffloadBackend
+
+    clock = Clock()
+    offload = OffloadBackend(f"file://{tmp_path}/objects", keep_versions_s=0)
+    settings = dataclasses.replace(Settings(), history_versions=3)
+    store = StateStore(url, settings=settings, worker_backend=offload, clock=clock)
+    state = store.task_state(SCOPE)
+    big = {"rows": ["x" * 100] * 2000}
+    state.set("k", big)
+    state.set("k", [1])
+    state.delete("k")
+    # Every value is offloaded (no threshold): versions 1 and 2 still refer to theirs.
+    assert len(list(offload._objects(offload.root))) == 2
+    assert state.restore("k", 1).value == big and state.get("k") == big  # version 4
+    for n in range(3):
+        state.set("k", n)  # versions 5-7: 1-4 fall out of the window of 3
+    assert len(list(offload._objects(offload.root))) == 6
+    assert store.cleanup().offloaded_orphans == 3
+    assert len(list(offload._objects(offload.root))) == 3  # versions 5-7
+    assert [v.value for v in state.history("k")] == [2, 1, 0]
