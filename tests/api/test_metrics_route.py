@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 from tests.api.conftest import SECRET, TASK, Served
 from tests.api.server import running
-from tests.api.test_serve import _env, _serving
+from tests.api.test_serve import _env, serving
 from tests.conftest import Clock
 
 from taskstate import StateStore
@@ -88,7 +88,7 @@ def test_without_prometheus_there_is_no_metrics_route(open_served: Served) -> No
 
 
 def test_taskstate_serve_exposes_prometheus_text(tmp_path: Path) -> None:
-    with _serving(tmp_path, _env(tmp_path)) as (base, _proc):
+    with serving(tmp_path, _env(tmp_path)) as (base, _proc):
         assert httpx.put(f"{base}{TASK}/k", json={"value": 1}).status_code == 204
         response = httpx.get(f"{base}/taskstate/metrics")
     assert response.status_code == 200
