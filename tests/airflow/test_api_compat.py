@@ -29,7 +29,8 @@ from taskstate.settings import Settings
 
 pytestmark = [
     pytest.mark.airflow,
-    pytest.mark.timeout(900),  # starting the deployment (240 s) and waiting for a run (300 s)
+    # Starting the deployment (its CLI setup, then up to 240 s) and waiting for a run (300 s).
+    pytest.mark.timeout(1200),
     pytest.mark.skipif("3.3" not in versions(), reason="Airflow 3.3 not selected"),
 ]
 DAG = "ts_api_scenario"

@@ -24,9 +24,10 @@ from taskstate.backends.http import HttpBackend
 from taskstate.errors import ConfigError, KeyNotFoundError
 from taskstate.settings import Settings
 
-# The first test starts the deployment (240 s), waits for a task instance (180 s) and a run
-# (300 s), after migrating and creating users: more than the suite's default 600 s.
-pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]
+# The first test starts the deployment (its CLI setup, then up to 240 s), waits for a task
+# instance (180 s) and a run (300 s); the fencing test for try 2 (300 s) and its run (300 s).
+# Each Airflow CLI call took up to 3 minutes on a machine at load 27: room for that too.
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1500)]
 
 HOSTS = [v for v in ("3.2", "2.11") if v in versions()] or ["none"]
 V2 = "/taskstate/api/v2"

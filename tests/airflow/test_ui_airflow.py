@@ -18,7 +18,8 @@ from tests.ui.browser import DESKTOP, launched
 
 from taskstate.scope import TaskScope
 
-pytestmark = [pytest.mark.airflow, pytest.mark.timeout(900)]
+# The first test may start the deployment (its CLI setup, then up to 240 s) and wait for a run.
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 
 HOSTS = [v for v in ("3.2", "2.11") if v in versions()] or ["none"]
 
