@@ -90,3 +90,18 @@ def test_ids_and_keys_are_one_segment_never_a_dot_segment(name: str) -> None:
     dag = path.split("/")[4]
     assert dag not in (".", "..") and "/" not in dag
     assert wire.key_path("/c", name).count("/") == 2
+
+
+def test_a_lost_commit_is_a_500_the_client_never_resends() -> None:
+    """503 means "certainly not applied, send again"; a write whose COMMIT answer the store lost
+    may have landed, so the server says so with its own class on a 500 (no server paths), and
+    the client raises it without resending: the remote accessor re-reads its write id."""
+    from taskstate.api.errors import taskstate_error
+    from taskstate.backends.http import TRANSIENT
+
+    code, body, headers = taskstate_error(errors.OutcomeUnknownError("/srv/state.db: lost"))
+    assert code == 500 and code not in TRANSIENT
+    assert headers[wire.ERROR_HEADER] == "OutcomeUnknownError"
+    assert b"may or may not" in body and b"/srv" not in body
+    back = wire.error_from_response(code, "OutcomeUnknownError", {"detail": "x"}, "h")
+    assert type(back) is errors.OutcomeUnknownError

@@ -95,9 +95,10 @@ class BackendUnavailableError(BackendError, ConnectionError):
 
 
 class OutcomeUnknownError(BackendUnavailableError):
-    """The connection to the store was lost while a conditional write (`update`,
-    `compare_and_set`) was being committed, and the store could not be asked afterwards whether
-    it landed. It was not applied again, so it can never apply twice: read the key to see."""
+    """A write was sent and its answer lost — the connection to the database died during
+    COMMIT and the store could not be asked afterwards, or an HTTP answer never came — so it
+    may or may not have landed. It was not applied again, so it can never apply twice: read
+    the key to see. The HTTP API answers it as 500 (never 503, which means "not applied")."""
 
 
 class AccessDeniedError(BackendError, PermissionError):

@@ -23,8 +23,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskstate import wire
 from taskstate.accessors import AssetStateStore, TaskStateStore, _Accessor
-from taskstate.backends.http import HttpBackend, OutcomeUnknownError, Request, json_body
-from taskstate.errors import BackendError, KeyNotFoundError, PreconditionFailedError
+from taskstate.backends.http import HttpBackend, Request, json_body
+from taskstate.errors import (
+    BackendError,
+    KeyNotFoundError,
+    OutcomeUnknownError,
+    PreconditionFailedError,
+)
 from taskstate.scope import AssetScope, TaskScope, check_writable
 from taskstate.stored import DEFAULT_EXPIRY, KEEP_EXPIRY, Expiry, Page, StoredEntry
 from taskstate.values import JsonValue, check_key, check_size, encode_value, expires_at

@@ -184,6 +184,9 @@ ERRORS: Final[tuple[tuple[type[errors.TaskStateError], int, tuple[str, ...] | No
     (errors.PreconditionFailedError, 412, None),
     (errors.InvalidTokenError, 401, None),
     (errors.StaleTryError, 409, None),
+    # Before its parent: 503 says "certainly not applied, send again"; a lost COMMIT may have
+    # landed, so it is a 500 the client never resends (it re-reads the write id instead).
+    (errors.OutcomeUnknownError, 500, None),
     (errors.BackendUnavailableError, 503, None),
     (errors.BackendBusyError, 503, None),
     (errors.TaskStateError, 500, None),

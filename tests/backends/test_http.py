@@ -30,7 +30,7 @@ from tests.test_processes import race_compare_and_set
 from taskstate import NEVER_EXPIRE, StateStore, TaskScope
 from taskstate.api.serve import standalone_app
 from taskstate.api.tokens import Claims, SigningKeys
-from taskstate.backends.http import HttpBackend, OutcomeUnknownError, Request
+from taskstate.backends.http import HttpBackend, Request
 from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.errors import (
@@ -39,6 +39,7 @@ from taskstate.errors import (
     ConfigError,
     InvalidKeyError,
     InvalidValueError,
+    OutcomeUnknownError,
     ValueTooLargeError,
 )
 from taskstate.settings import Settings

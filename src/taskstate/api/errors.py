@@ -19,7 +19,7 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import Response
 
-from taskstate.errors import BackendError, StaleTryError, TaskStateError
+from taskstate.errors import BackendError, OutcomeUnknownError, StaleTryError, TaskStateError
 from taskstate.wire import error_headers, error_status
 
 log = logging.getLogger("taskstate.api")
@@ -47,6 +47,13 @@ def taskstate_error(exc: TaskStateError) -> tuple[int, bytes, dict[str, str]]:
     if loc is not None:
         error = {"loc": list(loc), "msg": _message(exc), "type": "value_error"}
         return 422, dumps({"detail": [error]}), headers
+    if isinstance(exc, OutcomeUnknownError):
+        log.warning("the state store lost a commit's answer: %s", exc)
+        detail = (
+            "the state store lost the answer to this write's commit (OutcomeUnknownError); it "
+            "may or may not have been written: read the key before writing again"
+        )
+        return code, dumps({"detail": detail}), headers
     if isinstance(exc, BackendError) and not isinstance(exc, StaleTryError):
         log.warning("the state store failed: %s", exc)
         detail = (

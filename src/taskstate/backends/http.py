@@ -47,7 +47,12 @@ from urllib.parse import quote, urlencode
 
 from taskstate import wire
 from taskstate.backends.base import Entry, Row, SchemaStatus, StateBackend
-from taskstate.errors import BackendUnavailableError, ConfigError, TaskStateError
+from taskstate.errors import (
+    BackendUnavailableError,
+    ConfigError,
+    OutcomeUnknownError,
+    TaskStateError,
+)
 from taskstate.redaction import redact_url
 from taskstate.scope import ASSET_KIND, META_KIND, SEP, TASK_KIND, TaskScope, parse_namespace
 from taskstate.settings import airflow_option
@@ -57,10 +62,6 @@ if TYPE_CHECKING:
     import httpx
 
 TRANSIENT = frozenset({408, 429, 502, 503, 504})
-
-
-class OutcomeUnknownError(BackendUnavailableError):
-    """A write was sent and its answer lost (timeout, reset): it may or may not have landed."""
 
 
 class Request:
