@@ -160,7 +160,9 @@ def test_taskstate_serve_uses_at_most_4_server_connections(
         url = bouncer.route(fresh_postgres_url)
         PostgresBackend(url).migrate()
         statuses: list[int] = []
-        with serving(tmp_path, serve_env(tmp_path), url) as (base, _):
+        # No access log: 320 requests' lines would fill the unread stderr pipe and stall it.
+        quiet = ("--log-level", "warning")
+        with serving(tmp_path, serve_env(tmp_path), url, *quiet) as (base, _):
             task = f"{base}/taskstate/api/v2/dags/d/dagRuns/r/taskInstances/t/state-store"
 
             def client(n: int) -> None:
