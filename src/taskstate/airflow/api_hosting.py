@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from taskstate.airflow.versions import installed
 from taskstate.api.context import Hosting
 from taskstate.scope import AssetScope
 
@@ -31,14 +32,15 @@ def asset_by_id(asset_id: int) -> AssetScope | None:
     from sqlalchemy import select
 
     model: Any
-    try:
-        from airflow.models.asset import AssetModel
-
-        model = AssetModel
-    except ImportError:  # Airflow 2: datasets, known by URI only
+    row = installed()
+    if row is not None and row.asset_model == "dataset":  # Airflow 2: known by URI only
         from airflow.models.dataset import DatasetModel
 
         model = DatasetModel
+    else:
+        from airflow.models.asset import AssetModel
+
+        model = AssetModel
     with create_session() as session:
         row = session.execute(select(model).where(model.id == asset_id)).scalar_one_or_none()
         if row is None:
@@ -71,8 +73,13 @@ def asset_id(asset: AssetScope) -> int | None:
 
 
 def airflow_hosting() -> Hosting:
+    """What the plugin adds to the API app inside this Airflow."""
     from taskstate.airflow.fencing import running_try
 
+    row = installed()
     return Hosting(
-        task_instance_exists=task_instance_exists, asset_by_id=asset_by_id, running_try=running_try
+        task_instance_exists=task_instance_exists,
+        asset_by_id=asset_by_id,
+        running_try=running_try,
+        login_url="" if row is None else row.login_url,
     )

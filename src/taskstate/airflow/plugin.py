@@ -17,19 +17,21 @@ from typing import Any
 from airflow.plugins_manager import AirflowPlugin
 
 from taskstate.airflow.serving import api_served
-from taskstate.airflow.versions import airflow_version, version_tuple
+from taskstate.airflow.versions import installed
 
 BASE_PATH = "/taskstate"
 
 
-def _major() -> int:
-    version = airflow_version()
-    return 0 if version is None else version_tuple(version)[0]
+def _hosts_api(plugin_kind: str) -> bool:
+    """Whether this plugin attribute carries the API here: served, and the installed Airflow's
+    plugin kind for it (`Capabilities.api_plugin`)."""
+    row = installed()
+    return api_served() and row is not None and row.api_plugin == plugin_kind
 
 
 @cache
 def _fastapi_apps() -> list[dict[str, Any]]:
-    if not api_served() or _major() < 3:
+    if not _hosts_api("fastapi_apps"):
         return []
     from taskstate.airflow.api_v3 import build_app
 
@@ -38,7 +40,7 @@ def _fastapi_apps() -> list[dict[str, Any]]:
 
 @cache
 def _flask_blueprints() -> list[Any]:
-    if not api_served() or _major() >= 3:
+    if not _hosts_api("flask_blueprints"):
         return []
     from taskstate.airflow.api_v2 import blueprint
 

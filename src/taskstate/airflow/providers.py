@@ -25,13 +25,12 @@ from __future__ import annotations
 import importlib
 import logging
 
-from taskstate.airflow.versions import NATIVE_STORE_SINCE, airflow_version, version_tuple
+from taskstate.airflow.versions import airflow_version, capabilities
 from taskstate.errors import TaskStateError
 from taskstate.resumable import ResumableJobMixin
 from taskstate.settings import setting
 
 OPTION = "[state_store] taskstate_provider_durable"
-_SDK_SINCE = (3, 0)
 _LOG = logging.getLogger(__name__)
 
 
@@ -40,9 +39,10 @@ def unsupported_reason() -> str | None:
     version = airflow_version()
     if version is None:
         return "Airflow is not installed"
-    if version_tuple(version) < _SDK_SINCE:
+    mixin = capabilities(version).provider_mixin
+    if mixin == "none":
         return f"Airflow {version} has no airflow.sdk for provider operators to import it from"
-    if version_tuple(version) >= NATIVE_STORE_SINCE:
+    if mixin == "airflow":
         return f"Airflow {version} ships its own ResumableJobMixin, which providers use"
     return None
 

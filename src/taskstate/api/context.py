@@ -26,11 +26,14 @@ class Hosting:
     `asset_by_id(asset_id)` serves Airflow's `/assets/{asset_id}/state-store` routes.
     `running_try(dag_id, run_id, task_id, map_index)` (the running try's number, else None)
     fences the writes made with task-instance tokens (`taskstate.api.routes_state`).
+    `login_url`, relative to the state page, is where the page sends a user to sign in (empty:
+    no sign-in page, as standalone, where callers bring tokens).
     """
 
     task_instance_exists: Callable[[str, str, str, int | None], bool] | None = None
     asset_by_id: Callable[[int], AssetScope | None] | None = None
     running_try: Callable[[str, str, str, int], int | None] | None = None
+    login_url: str = ""
 
 
 @dataclass

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from taskstate.airflow.serving import api_served
-from taskstate.airflow.versions import airflow_version, version_tuple
+from taskstate.airflow.versions import installed
 
 TI_HREF = "taskstate/ui/ti/{DAG_ID}/{RUN_ID}/{TASK_ID}/{MAP_INDEX}"
 
@@ -51,13 +51,13 @@ def _appbuilder_views(plugin: object) -> list[dict[str, Any]]:
 
 def plugin_extensions() -> dict[str, Any]:
     """AirflowPlugin attributes by name; a `property` is read only where Airflow uses it."""
-    version = airflow_version()
-    if version is None or not api_served():
+    row = installed()
+    if row is None or not api_served():
         return {}
-    release = version_tuple(version)[:2]
-    if release >= (3, 1):
-        return {"external_views": external_views()}
-    if release >= (3, 0):
+    if row.ui == "external_views":
+        offered = [v for v in external_views() if v["destination"] in row.ui_destinations]
+        return {"external_views": offered}
+    if row.ui == "url_only":
         return {}
     from taskstate.ui.extra_link import TaskStateLink
 

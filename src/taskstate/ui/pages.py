@@ -39,16 +39,6 @@ def app_container(*, api: str, ui: str, login: str = "", csrf: str = "", view: s
     return f'<div id="ts-app" {rendered}><p>Loading…</p></div>'
 
 
-def _login_url(ctx: Ctx) -> str:
-    """Inside Airflow 3 the sign-in page is `<base>/auth/login`, two levels up from here."""
-    if ctx.hosting.task_instance_exists is None:  # standalone: tokens, no sign-in page
-        return ""
-    from taskstate.airflow.versions import airflow_version, version_tuple
-
-    version = airflow_version()
-    return "../../auth/login" if version and version_tuple(version)[0] >= 3 else ""
-
-
 @router.get("")
 def redirect_to_page() -> RedirectResponse:
     # Relative, so the redirect keeps whatever prefix the host mounted the app under.
@@ -58,7 +48,7 @@ def redirect_to_page() -> RedirectResponse:
 @router.get("/", response_class=HTMLResponse)
 def page(ctx: Ctx) -> HTMLResponse:
     template = (STATIC / "index.html").read_text(encoding="utf-8")
-    container = app_container(api="../api/v2/", ui="./", login=_login_url(ctx))
+    container = app_container(api="../api/v2/", ui="./", login=ctx.hosting.login_url)
     return HTMLResponse(
         template.replace("<!--ts-app-->", container),
         headers={
