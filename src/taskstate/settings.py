@@ -68,6 +68,35 @@ def _text(label: str, raw: str) -> str | None:
     return raw.strip() or None
 
 
+def _text_or(default: str) -> Parser:
+    """Text; empty means the default (as Airflow's own options with a default)."""
+    return lambda label, raw: raw.strip() or default
+
+
+def _seconds(label: str, raw: str) -> float:
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ConfigError(f"{label} must be a number of seconds, got {raw!r}") from None
+    if not value > 0:
+        raise ConfigError(f"{label} must be > 0, got {raw!r}")
+    return value
+
+
+def _patterns(label: str, raw: str) -> tuple[str, ...]:
+    """A comma-separated list of patterns, lowercased (Airflow's metrics allow/block lists)."""
+    return tuple(p.strip().lower() for p in raw.split(",") if p.strip())
+
+
+def _page_limit(label: str, raw: str) -> int:
+    """Airflow's `[api] maximum_page_limit`, read leniently: Airflow validates its own option,
+    and the API must still start when it cannot be read (100, Airflow's default)."""
+    try:
+        return max(1, int(raw)) if raw.strip() else 100
+    except ValueError:
+        return 100
+
+
 def _optional(parse: Parser) -> Parser:
     """Empty means unset (None)."""
     return lambda label, raw: parse(label, raw) if raw.strip() else None
@@ -135,6 +164,33 @@ class Settings:
     provider_durable: bool = _option(
         "state_store", "taskstate_provider_durable", _bool, default=False
     )
+    # Airflow's `[metrics]` options taskstate honours, plus its own flush interval
+    # (taskstate.metrics.settings reads these alone: `options(*METRICS_OPTIONS)`).
+    statsd_on: bool = _option("metrics", "statsd_on", _bool, default=False)
+    statsd_host: str = _option("metrics", "statsd_host", _text_or("localhost"), default="localhost")
+    statsd_port: int = _option("metrics", "statsd_port", _int(0), default=8125)
+    statsd_prefix: str = _option("metrics", "statsd_prefix", _text_or("airflow"), default="airflow")
+    statsd_influxdb_enabled: bool = _option(
+        "metrics", "statsd_influxdb_enabled", _bool, default=False
+    )
+    otel_on: bool = _option("metrics", "otel_on", _bool, default=False)
+    metrics_allow_list: tuple[str, ...] = _option(
+        "metrics", "metrics_allow_list", _patterns, default=()
+    )
+    metrics_block_list: tuple[str, ...] = _option(
+        "metrics", "metrics_block_list", _patterns, default=()
+    )
+    metrics_flush_seconds: float = _option(
+        "metrics", "taskstate_flush_seconds", _seconds, default=10.0
+    )
+    # Airflow's own options a feature consults: the executors (whether a task may run on
+    # another machine than its retry: taskstate.airflow.executors) and the API's page limit.
+    executor: str | None = _option("core", "executor")
+    kubernetes_queue: str = _option(
+        "local_kubernetes_executor", "kubernetes_queue", _text_or("kubernetes"),
+        default="kubernetes",
+    )  # fmt: skip
+    max_page_limit: int = _option("api", "maximum_page_limit", _page_limit, default=100)
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
@@ -161,14 +217,32 @@ class Settings:
 
 
 def _redacted(spec: Field[Any], value: Any) -> Any:
+    if isinstance(value, tuple):  # a list option, shown as it is written
+        return ", ".join(value)
     if isinstance(value, str):
         return (redact_json_options if spec.metadata["json"] else redact_url)(value)
     return value
 
 
+# The `Settings` fields of the `[metrics]` section, which taskstate.metrics reads on their own.
+METRICS_OPTIONS = tuple(
+    spec.name for spec in fields(Settings) if spec.metadata["option"][0] == "metrics"
+)
+
 # Credentials taskstate reads but never shows: `taskstate doctor` says only whether each is
-# set and where from. (Read by taskstate.api.tokens and taskstate.backends.http.)
+# set and where from. Never read by `Settings.load` (a `_cmd` or secrets backend runs only in
+# the process that needs the credential): `credential(option)` reads one where it is used.
 SECRET_OPTIONS = (("state_store", "taskstate_secret_key"), ("state_store", "taskstate_token"))
+
+
+def credential(option: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """A credential of `SECRET_OPTIONS` by its option name (`taskstate_secret_key`: the API's
+    signing keys; `taskstate_token`: the HTTP client's bearer token), as Airflow would read it
+    (`_CMD` / `_SECRET` honoured), or None when it is not set."""
+    section = next((s for s, name in SECRET_OPTIONS if name == option), None)
+    if section is None:
+        raise ValueError(f"{option!r} is not one of taskstate's credentials (SECRET_OPTIONS)")
+    return airflow_option(section, option, environ)
 
 
 @dataclass(frozen=True)
@@ -248,10 +322,21 @@ def _airflow_lookup() -> Lookup | None:
 def setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     """One `Settings` field, read and parsed alone (for hooks that run in every Airflow
     process: nothing else is read, no other `_cmd` runs)."""
+    return options(name, environ=environ)[name]
+
+
+def options(*names: str, environ: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """These `Settings` fields by name, read and parsed without the others (a feature that
+    needs a few options: `[metrics]`, the executors); unset ones are their defaults."""
     env = os.environ if environ is None else environ
-    spec = next(spec for spec in fields(Settings) if spec.name == name)
-    raw = _raw(env, _airflow_lookup() or _file_lookup(env), *spec.metadata["option"][:2])
-    return spec.default if raw is None else _parse(spec, raw)
+    lookup = _airflow_lookup() or _file_lookup(env)
+    specs = {spec.name: spec for spec in fields(Settings)}
+    values: dict[str, Any] = {}
+    for name in names:
+        spec = specs[name]
+        raw = _raw(env, lookup, *spec.metadata["option"][:2])
+        values[name] = spec.default if raw is None else _parse(spec, raw)
+    return values
 
 
 def airflow_option(

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from taskstate.errors import ConfigError
-from taskstate.settings import Settings, airflow_option
+from taskstate.settings import Settings, setting
 
 Reach = Literal["distributed", "local", "by queue", "unknown"]
 
@@ -69,7 +69,7 @@ class Executor:
 def configured_executors(raw: str | None = None) -> list[Executor]:
     """`[core] executor` (comma-separated since Airflow 2.10); the first is the default."""
     if raw is None:
-        raw = airflow_option("core", "executor")
+        raw = setting("executor")
     entries = [part.strip() for part in (raw or "").split(",") if part.strip()]
     return [Executor(entry) for entry in entries] or [Executor(_DEFAULT)]
 
@@ -85,7 +85,9 @@ def executor_of(reference: str | None, configured: list[Executor]) -> Executor:
 
 
 def kubernetes_queue() -> str:
-    return airflow_option("local_kubernetes_executor", "kubernetes_queue") or "kubernetes"
+    """`[local_kubernetes_executor] kubernetes_queue`: the queue whose tasks go to Kubernetes."""
+    queue: str = setting("kubernetes_queue")
+    return queue
 
 
 def runs_elsewhere(executor: Executor, queue: str | None) -> bool:

@@ -220,14 +220,14 @@ def sweep(backend: ObjectStorageStateBackend, *, dry_run: bool = False) -> Sweep
 def clean_airflow_offload(*, dry_run: bool = False) -> SweepResult:
     """`taskstate clean --airflow-offload`: the configured ObjectStorageStateBackend, swept."""
     from taskstate.airflow.versions import native_store_available
-    from taskstate.settings import airflow_option
+    from taskstate.settings import setting
 
     if not native_store_available():
         raise ConfigError(
             "--airflow-offload cleans Airflow 3.3+'s [workers] state_store_backend; run it "
             "where Airflow 3.3+ is installed"
         )
-    configured = airflow_option("workers", "state_store_backend") or ""
+    configured = setting("worker_backend") or ""
     if configured.rpartition(".")[2] != ObjectStorageStateBackend.__name__:
         raise ConfigError(
             f"[workers] state_store_backend is {configured or 'unset'}, not "

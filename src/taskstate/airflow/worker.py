@@ -19,7 +19,7 @@ from typing import Any
 
 from taskstate.airflow.assets import is_asset
 from taskstate.airflow.executors import check_task_store
-from taskstate.settings import airflow_option
+from taskstate.settings import credential
 from taskstate.store import StateStore
 
 # A minted token outlives any reasonable try (a resumable job may poll for days); it names one
@@ -56,8 +56,8 @@ def mint_token(ti: Any, assets: Iterable[str] = (), now: float | None = None) ->
     task_id, map_index) and `assets` (with `ti` None: those assets only, an event trigger's),
     signed with `[state_store] taskstate_secret_key`; None without a secret key. Workers and
     triggerers both mint with it."""
-    secret = airflow_option("state_store", "taskstate_secret_key")
-    if not secret or not secret.strip():
+    keys = credential("taskstate_secret_key")
+    if not keys or not keys.strip():
         return None
     from taskstate.api.tokens import Claims, SigningKeys
 
@@ -69,7 +69,7 @@ def mint_token(ti: Any, assets: Iterable[str] = (), now: float | None = None) ->
             assets=named,
             expires_at=now + TASK_TOKEN_LIFETIME,
         )
-        return SigningKeys.parse(secret).issue(claims, now)
+        return SigningKeys.parse(keys).issue(claims, now)
     map_index = ti.map_index if ti.map_index is not None else -1
     claims = Claims(
         subject=f"task:{ti.dag_id}/{ti.run_id}/{ti.task_id}/{map_index}",
@@ -81,4 +81,4 @@ def mint_token(ti: Any, assets: Iterable[str] = (), now: float | None = None) ->
         assets=tuple(dict.fromkeys(assets)),
         expires_at=now + TASK_TOKEN_LIFETIME,
     )
-    return SigningKeys.parse(secret).issue(claims, now)
+    return SigningKeys.parse(keys).issue(claims, now)

@@ -11,7 +11,7 @@ from fastapi import Depends, Query, Request, Response
 from taskstate.api.auth import Auth, Principal
 from taskstate.api.errors import dumps
 from taskstate.scope import AssetScope
-from taskstate.settings import airflow_option
+from taskstate.settings import setting
 from taskstate.store import StateStore
 
 DEFAULT_PAGE_LIMIT = 50
@@ -64,11 +64,9 @@ class AppContext:
 
 
 def max_page_limit() -> int:
-    raw = airflow_option("api", "maximum_page_limit")
-    try:
-        return max(1, int(raw)) if raw else 100
-    except ValueError:
-        return 100
+    """Airflow's `[api] maximum_page_limit` (`Settings.max_page_limit`)."""
+    limit: int = setting("max_page_limit")
+    return limit
 
 
 async def context(request: Request) -> AppContext:

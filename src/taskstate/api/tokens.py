@@ -18,12 +18,11 @@ from typing import Any
 import jwt
 
 from taskstate.errors import ConfigError, InvalidTokenError
-from taskstate.settings import airflow_option
+from taskstate.settings import credential
 
 AUDIENCE = "taskstate"
 ALGORITHM = "HS256"
 MIN_SECRET_LENGTH = 32
-_OPTION = ("state_store", "taskstate_secret_key")
 _DURATION = re.compile(r"^\s*(\d+)\s*([smhdw])\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -130,7 +129,7 @@ class SigningKeys:
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> SigningKeys | None:
         """The configured keys, or None when none is set (then nothing can be signed)."""
-        raw = airflow_option(*_OPTION, environ)  # honours _CMD / _SECRET, as Airflow does
+        raw = credential("taskstate_secret_key", environ)  # _CMD / _SECRET, as Airflow does
         return None if raw is None or not raw.strip() else cls.parse(raw)
 
     def issue(self, claims: Claims, now: float | None = None) -> str:

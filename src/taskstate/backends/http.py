@@ -55,7 +55,7 @@ from taskstate.errors import (
 )
 from taskstate.redaction import redact_url
 from taskstate.scope import ASSET_KIND, META_KIND, SEP, TASK_KIND, TaskScope, parse_namespace
-from taskstate.settings import airflow_option
+from taskstate.settings import credential
 from taskstate.values import encode_value
 
 if TYPE_CHECKING:
@@ -190,9 +190,7 @@ class HttpClient:
         self._origin = f"{scheme}://{hostport}"
         self._prefix = quote(path, safe="/%")  # the request line is ASCII
         self._https = scheme == "https"
-        self.token = (
-            token if token is not None else airflow_option("state_store", "taskstate_token")
-        )
+        self.token = token if token is not None else credential("taskstate_token")
         self._timeout = timeout
         self._connect_timeout = min(timeout, 5.0)
         self.retry_window = retry_window

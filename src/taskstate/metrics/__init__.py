@@ -3,7 +3,7 @@
 Where metrics go is decided once per process from Airflow's `[metrics]` options
 (`statsd_on`, `statsd_host`, `statsd_port`, `statsd_prefix`, `statsd_influxdb_enabled`,
 `otel_on`, `metrics_allow_list`, `metrics_block_list`), read the way every other taskstate
-option is read (`taskstate.settings.airflow_option`):
+option is read (declared in `taskstate.settings.Settings`):
 
 - Airflow loaded in this process (a task, the api-server): Airflow's own `Stats`, so its
   prefix, tagging and allow/block lists apply unchanged;
