@@ -5,6 +5,7 @@ instrumented through the accessors' hook like the local ones."""
 
 from __future__ import annotations
 
+import json
 import socket
 import subprocess
 import sys
@@ -16,6 +17,13 @@ from tests.test_metrics import listener, parsed, received, run_python, statsd_en
 
 from taskstate import StateStore, TaskScope
 from taskstate.metrics import COUNTER, REGISTRY, TIMER, Metrics, PrometheusSink, declared
+from taskstate.metrics.dashboard import (
+    MAPPINGS_END,
+    MAPPINGS_START,
+    dashboard_json,
+    prometheus_name,
+    with_mappings,
+)
 from taskstate.metrics.names import TABLE_END, TABLE_START, with_table
 from taskstate.remote import RemoteTaskState
 from taskstate.settings import Settings
@@ -91,6 +99,45 @@ def test_python_m_taskstate_metrics_rewrites_a_pages_table(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     assert page.read_text(encoding="utf-8") == with_table(stale)
     assert "taskstate.gone" not in page.read_text(encoding="utf-8")
+
+
+def test_the_dashboard_and_exporter_mappings_are_generated_from_the_registry() -> None:
+    run = "run: python -m taskstate.metrics docs/metrics.md docs/grafana-taskstate.json"
+    dashboard = (REPO / "docs" / "grafana-taskstate.json").read_text(encoding="utf-8")
+    assert dashboard == dashboard_json(), run
+    page = (REPO / "docs" / "metrics.md").read_text(encoding="utf-8")
+    assert page == with_mappings(page), run
+    # Every metric a panel queries is a registry name, seen through the mappings.
+    queried = {t["expr"] for p in json.loads(dashboard)["panels"] for t in p["targets"]}
+    assert any("taskstate_calls{" in expr for expr in queried)
+    assert prometheus_name("taskstate.task.compare_and_set.conflicts") == (
+        "airflow_taskstate_task_compare_and_set_conflicts"
+    )
+    assert prometheus_name("taskstate.api.request") == "taskstate_api_request_seconds"
+    assert prometheus_name("taskstate.task.get") == "taskstate_op_seconds"  # a timer
+    assert prometheus_name("taskstate.task.retries") == "airflow_taskstate_task_retries"
+
+
+def test_a_dashboard_cannot_query_an_undeclared_metric() -> None:
+    with pytest.raises(ValueError, match="not declared"):
+        prometheus_name("taskstate.task.get.p99")
+    with pytest.raises(ValueError, match="not declared"):
+        prometheus_name("taskstate.store.clear_task")  # once in the docs, never sent
+
+
+def test_python_m_taskstate_metrics_rewrites_the_dashboard_and_mappings(tmp_path: Path) -> None:
+    board, page = tmp_path / "board.json", tmp_path / "metrics.md"
+    board.write_text("{}", encoding="utf-8")
+    stale = f"{TABLE_START}\n{TABLE_END}\n{MAPPINGS_START}\nold\n{MAPPINGS_END}\n"
+    page.write_text(stale, encoding="utf-8")
+    done = subprocess.run(
+        [sys.executable, "-m", "taskstate.metrics", str(page), str(board)],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert board.read_text(encoding="utf-8") == dashboard_json()
+    assert page.read_text(encoding="utf-8") == with_mappings(with_table(stale))
+    assert "- match:" in page.read_text(encoding="utf-8")
 
 
 def test_the_http_accessors_are_instrumented_through_the_hook(tmp_path: Path) -> None:
