@@ -127,7 +127,7 @@ class _Accessor:
         self._clock = store.clock
         self._limit = store.settings.max_value_storage_bytes
         self._default_days = store.settings.default_retention_days
-        self._read = store._read
+        self._read = store.read_value
         self._writer = writer_text(writer)
         self._writer_dict = writer  # what a write's StoredEntry shows, without a JSON round trip
         self._history = store.history  # versions kept per key; 0: history off
@@ -270,14 +270,20 @@ class _Accessor:
             self.hook.offloaded(text)
         return stored
 
+    def stored_text(self, key: str, value: object, uploaded: list[str]) -> str:
+        """A value as a write stores it: checked, encoded, offloaded when configured (its
+        object's reference appended to `uploaded`, for removal if the write fails). For the
+        store's all-or-nothing import; not the public API."""
+        return self._offload(key, self._encode(key, value), uploaded)
+
     def _set(self, key: str, value: object, retention: object) -> None:
         uploaded: list[str] = []
-        text = self._offload(key, self._encode(key, value), uploaded)
+        text = self.stored_text(key, value, uploaded)
         now = self._clock()
         try:
             self._put(key, text, self._expiry(retention, now), now, "set")
         except BaseException:
-            self._store._discard(uploaded)
+            self._store.objects.discard(uploaded)
             raise
         if uploaded and self._worker is not None and not self._history:
             self._worker.committed(self._ns, key, uploaded[0])
@@ -325,7 +331,7 @@ class _Accessor:
         precondition raises `PreconditionFailedError` / `KeyNotFoundError` and writes nothing.
         """
         uploaded: list[str] = []
-        text = self._offload(key, self._encode(key, value), uploaded)
+        text = self.stored_text(key, value, uploaded)
         now = self._clock()
 
         def expiry(current: Entry | None) -> float | None:
@@ -361,7 +367,7 @@ class _Accessor:
             else:
                 written = self._transact(key, step, op)
         except BaseException:
-            self._store._discard(uploaded)
+            self._store.objects.discard(uploaded)
             raise
         etag = etag_of(text, written, self._writer, now)
         return StoredEntry(key, value, now, written, self._writer_dict, etag)
@@ -381,7 +387,7 @@ class _Accessor:
         else:
             self._backend.delete(self._ns, key)
         if old is not None and (ref := stored_ref(old.value)):
-            self._store._discard_superseded([ref])
+            self._store.objects.discard_superseded([ref])
 
     def delete_if(self, key: str, if_match: str | None) -> bool:
         """Remove `key` only if it is live and (with `if_match`) still that version; False
@@ -400,17 +406,17 @@ class _Accessor:
         if not gone:
             return False
         if ref := stored_ref(found.value):
-            self._store._discard_superseded([ref])
+            self._store.objects.discard_superseded([ref])
         return True
 
     def clear(self) -> None:
         """Remove every key of this scope (a mapped task: this map index only)."""
-        refs = self._store._refs(self._ns, exact=True)
+        refs = self._store.objects.refs(self._ns, exact=True)
         if self._history:
             self._versioned.clear(self._ns, self._stamp("clear"))
         else:
             self._backend.clear(self._ns)
-        self._store._discard_superseded(refs)
+        self._store.objects.discard_superseded(refs)
 
     def _update(self, key: str, fn: Callable[[Any], Any], default: Any, retention: object) -> Any:
         check_key(key)
@@ -480,14 +486,14 @@ class _Accessor:
         try:
             done = self._transact(key, step, op)
         except BaseException:
-            self._store._discard(uploaded)
+            self._store.objects.discard(uploaded)
             raise
         if not done:
-            self._store._discard(uploaded)
+            self._store.objects.discard(uploaded)
             if self.hook is not None:
                 self.hook.retried()
         elif seen is not None and (old := stored_ref(seen.value)):
-            self._store._discard_superseded([old])
+            self._store.objects.discard_superseded([old])
         return done
 
     # -- async twins ----------------------------------------------------------------------
@@ -592,12 +598,12 @@ class TaskStateStore(_Accessor):
             return
         scope = self.scope
         prefix = task_prefix(scope.dag_id, scope.run_id, scope.task_id)
-        refs = self._store._refs(prefix)
+        refs = self._store.objects.refs(prefix)
         if self._history:
             self._versioned.clear_prefix(prefix, self._stamp("clear"))
         else:
             self._backend.clear_prefix(prefix)
-        self._store._discard_superseded(refs)
+        self._store.objects.discard_superseded(refs)
 
     async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
         """`set` for async code."""

@@ -71,6 +71,42 @@ __all__ = [
 ]
 
 
+class OffloadedObjects:
+    """The objects in object storage behind a store's offloaded values: which ones rows
+    reference, and removing the ones no committed row references any more.
+
+    Part of the store's small internal interface with its accessors (`StateStore.objects`,
+    `StateStore.read_value`): nothing outside `store` and `accessors` should need it.
+    """
+
+    def __init__(self, store: StateStore) -> None:
+        self._store = store
+
+    def refs(self, prefix: str, *, exact: bool = False) -> list[str]:
+        """References held by the rows under `prefix` (`exact`: in that namespace only), read
+        before those rows are deleted."""
+        if self._store.worker_backend is None:
+            return []
+        return [
+            ref
+            for row in self._store.backend.scan(prefix)
+            if (not exact or row.namespace == prefix) and (ref := stored_ref(row.value))
+        ]
+
+    def discard_superseded(self, refs: list[str]) -> None:
+        """Remove the objects of rows just deleted or replaced, unless history keeps them (a
+        kept version refers to them; `cleanup` sweeps them once no version does)."""
+        if not self._store.history:
+            self.discard(refs)
+
+    def discard(self, refs: list[str]) -> None:
+        """Remove objects that no committed row references (references are unique per write,
+        so a deleted or superseded row's object is nobody else's)."""
+        worker = self._store.worker_backend
+        if refs and worker is not None:
+            worker.discard(refs)
+
+
 class StateStore:
     """Entry point: `StateStore()` uses the configured backend; `StateStore(url)` opens one.
 
@@ -116,6 +152,7 @@ class StateStore:
             self.backend.history_versions = self.history
         # Metrics/tracing (taskstate.metrics): `accessor_class` is the plain class when off.
         self.metrics = metrics if metrics is not None else configured()
+        self.objects = OffloadedObjects(self)
 
     def task_state(self, scope: TaskScope, *, writer: Writer | None = None) -> TaskStateStore:
         """The state of one task instance. Writes record `writer` (default: the task itself)."""
@@ -163,11 +200,11 @@ class StateStore:
             if is_live(row.expires_at, now) and not row.namespace.startswith(META_PREFIX):
                 yield row
 
-    def _read(self, namespace: str, key: str, text: str) -> Any:
-        """Decode a row's value. Its offloaded object may vanish between reading the row and
-        reading the object when a concurrent delete or set supersedes the row: then read the row
-        again (GONE once it no longer exists). A row that still names a missing object is an
-        error."""
+    def read_value(self, namespace: str, key: str, text: str) -> Any:
+        """Decode a row's value; the accessors read every row through this. Its offloaded
+        object may vanish between reading the row and reading the object when a concurrent
+        delete or set supersedes the row: then read the row again (GONE once it no longer
+        exists). A row that still names a missing object is an error."""
         while True:
             try:
                 return self.load_value(text)
@@ -181,7 +218,7 @@ class StateStore:
 
     def entry_of(self, row: Row) -> StoredEntry | None:
         """A row as the API shows it; None if it was deleted while being read."""
-        value = self._read(row.namespace, row.key, row.value)
+        value = self.read_value(row.namespace, row.key, row.value)
         if value is GONE:
             return None
         updated_by = None if row.updated_by is None else json.loads(row.updated_by)
@@ -230,7 +267,7 @@ class StateStore:
         offloaded objects and taskstate's markers. Returns how many keys went."""
         if map_index is None:
             prefix = task_prefix(dag_id, run_id, task_id)
-            refs = self._refs(prefix)
+            refs = self.objects.refs(prefix)
             count = (
                 self._versioned.clear_prefix(prefix, self._stamp("clear", writer))
                 if self.history
@@ -239,14 +276,14 @@ class StateStore:
             self.backend.clear_prefix(TaskScope(dag_id, run_id, task_id).meta_namespace[:-2])
         else:
             scope = TaskScope(dag_id, run_id, task_id, map_index)
-            refs = self._refs(scope.namespace, exact=True)
+            refs = self.objects.refs(scope.namespace, exact=True)
             count = (
                 self._versioned.clear(scope.namespace, self._stamp("clear", writer))
                 if self.history
                 else self.backend.clear(scope.namespace)
             )
             self.backend.clear(scope.meta_namespace)
-        self._discard_superseded(refs)
+        self.objects.discard_superseded(refs)
         return count
 
     def no_history(self, what: str) -> HistoryUnavailableError:
@@ -341,7 +378,7 @@ class StateStore:
         try:
             for scope, key, value, expires, updated_at, writer in entries:
                 accessor = self._accessor(scope, None)
-                text = accessor._offload(key, accessor._encode(key, value), uploaded)
+                text = accessor.stored_text(key, value, uploaded)
                 expiry = expires if isinstance(scope, TaskScope) else None
                 at = now if updated_at is None else updated_at
                 rows.append(Row(scope.namespace, key, text, expiry, at, writer_text(writer)))
@@ -352,7 +389,7 @@ class StateStore:
                 return self._versioned.set_many(rows, replace=replace, stamp=stamp)
             return self.backend.set_many(rows, replace=replace)
         except BaseException:
-            self._discard(uploaded)
+            self.objects.discard(uploaded)
             raise
 
     def cleanup(
@@ -436,30 +473,6 @@ class StateStore:
 
     def __repr__(self) -> str:
         return f"StateStore({self.describe()!r})"
-
-    # -- offloaded objects --------------------------------------------------------------------
-
-    def _refs(self, prefix: str, *, exact: bool = False) -> list[str]:
-        """References held by the rows under `prefix`, read before those rows are deleted."""
-        if self.worker_backend is None:
-            return []
-        return [
-            ref
-            for row in self.backend.scan(prefix)
-            if (not exact or row.namespace == prefix) and (ref := stored_ref(row.value))
-        ]
-
-    def _discard_superseded(self, refs: list[str]) -> None:
-        """Remove the objects of rows just deleted or replaced, unless history keeps them (a
-        kept version refers to them; `cleanup` sweeps them once no version does)."""
-        if not self.history:
-            self._discard(refs)
-
-    def _discard(self, refs: list[str]) -> None:
-        """Remove objects that no committed row references (references are unique per write,
-        so a deleted or superseded row's object is nobody else's)."""
-        if refs and self.worker_backend is not None:
-            self.worker_backend.discard(refs)
 
     def _accessor(self, scope: TaskScope | AssetScope, writer: Writer | None) -> _Accessor:
         if isinstance(scope, TaskScope):
