@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from tests.airflow.harness import airflow_env, checkout_overlay, versions
 
-from taskstate.ui.airflow import external_views
+from taskstate.airflow.ui_extensions import external_views
 
 pytestmark = pytest.mark.airflow
 

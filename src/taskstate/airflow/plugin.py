@@ -49,8 +49,8 @@ def _flask_blueprints() -> list[Any]:
 
 def ui_extensions() -> dict[str, Any]:
     """The UI's additions to this plugin (external views, menu links, appbuilder views, extra
-    links), by AirflowPlugin attribute name: `taskstate.ui.airflow.plugin_extensions()`."""
-    from taskstate.ui.airflow import plugin_extensions
+    links), by AirflowPlugin attribute name: `taskstate.airflow.ui_extensions`."""
+    from taskstate.airflow.ui_extensions import plugin_extensions
 
     return plugin_extensions()
 

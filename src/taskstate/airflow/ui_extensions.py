@@ -1,4 +1,5 @@
-"""Where the state pages appear inside Airflow (the plugin's `ui_extensions()` hook asks here).
+"""Where the state pages appear inside Airflow (the plugin's `ui_extensions()` hook asks here);
+which of these a version gets is its row's `ui` in `taskstate.airflow.versions.RELEASES`.
 
 - 3.1/3.2: a "Task State" tab on every task instance (`external_views`, destination
   `task_instance`, an iframe of `taskstate/ui/ti/...`) and a "State" nav entry to the DAG and
@@ -44,7 +45,7 @@ def external_views() -> list[dict[str, Any]]:
 
 
 def _appbuilder_views(plugin: object) -> list[dict[str, Any]]:
-    from taskstate.ui.fab_view import TaskStateView
+    from taskstate.airflow.fab_view import TaskStateView
 
     return [{"name": "Task State", "category": "Browse", "view": TaskStateView()}]
 
@@ -59,7 +60,7 @@ def plugin_extensions() -> dict[str, Any]:
         return {"external_views": offered}
     if row.ui == "url_only":
         return {}
-    from taskstate.ui.extra_link import TaskStateLink
+    from taskstate.airflow.extra_link import TaskStateLink
 
     return {
         "appbuilder_views": property(_appbuilder_views),

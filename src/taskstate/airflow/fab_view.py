@@ -15,13 +15,15 @@ from flask_appbuilder import BaseView, expose
 from flask_login import current_user
 from flask_wtf.csrf import generate_csrf
 
+import taskstate.ui
 from taskstate.ui.pages import app_container
 
 
 class TaskStateView(BaseView):  # type: ignore[misc]  # Flask AppBuilder is untyped
     route_base = "/taskstate-ui"
     default_view = "index"
-    template_folder = str(Path(__file__).parent / "templates")
+    # The template ships with the pages (taskstate/ui/templates), this view's Jinja layout.
+    template_folder = str(Path(taskstate.ui.__file__).parent / "templates")
 
     def _page(self, view: str = "") -> Any:
         if not current_user.is_authenticated:
