@@ -16,7 +16,7 @@ from flask_login import current_user
 from flask_wtf.csrf import generate_csrf
 
 import taskstate.ui
-from taskstate.ui.pages import app_container
+from taskstate.api.routes_ui import app_container
 
 
 class TaskStateView(BaseView):  # type: ignore[misc]  # Flask AppBuilder is untyped

@@ -20,8 +20,8 @@ import taskstate
 from taskstate.api import errors, models, routes_discovery, routes_metrics, routes_state
 from taskstate.api.auth import Auth
 from taskstate.api.context import AppContext, Hosting, max_page_limit
+from taskstate.api.routes_ui import install as install_ui
 from taskstate.store import StateStore
-from taskstate.ui.pages import install as install_ui
 
 BASE_PATH = "/taskstate"
 

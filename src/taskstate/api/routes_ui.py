@@ -1,4 +1,5 @@
 """The UI's routes on the API app: the page, its static files, and `access` (may I write?).
+The page's files are package data of `taskstate.ui` (`static/`), read, never imported.
 
 Every URL the page uses is relative to it (`../api/v2/...`), so a host that mounts the app
 under a sub-path (`[api] base_url`, `SCRIPT_NAME`) needs no configuration.
