@@ -22,7 +22,7 @@ from tests.api.server import running
 
 from taskstate import StateStore, TaskScope
 from taskstate.airflow import inject
-from taskstate.airflow.fencing import live_try
+from taskstate.airflow.hosting import live_try
 from taskstate.airflow.triggers import TriggerStateMixin
 from taskstate.api.app import BASE_PATH, create_app
 from taskstate.api.auth import Auth

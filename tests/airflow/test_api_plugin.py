@@ -116,7 +116,7 @@ def test_asset_state_by_name_or_uri_and_by_airflows_id(deployment: Deployment, r
         lookup = deployment.home.python(
             "-c",
             "from taskstate import AssetScope\n"
-            "from taskstate.airflow.api_hosting import asset_id\n"
+            "from taskstate.airflow.hosting import asset_id\n"
             "print(asset_id(AssetScope(name='ts_api_orders')), "
             "asset_id(AssetScope(name='no_such_asset')))",
         )

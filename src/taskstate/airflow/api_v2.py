@@ -22,7 +22,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from taskstate.airflow.api_hosting import airflow_hosting
+from taskstate.airflow.hosting import airflow_hosting
 from taskstate.api.app import create_app
 from taskstate.api.auth import (
     Auth,

@@ -10,7 +10,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 
-from taskstate.airflow.api_hosting import airflow_hosting, asset_id
+from taskstate.airflow.hosting import airflow_hosting, asset_id
 from taskstate.api.app import create_app
 from taskstate.api.auth import Auth, Method, Principal, TokenAuthenticator, Unauthenticated, bearer
 from taskstate.api.tokens import SigningKeys

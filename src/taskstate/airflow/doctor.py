@@ -15,7 +15,7 @@ from taskstate.airflow.executors import (
     refusal,
     uses_default_sqlite,
 )
-from taskstate.airflow.serving import doctor_check as api_doctor_check
+from taskstate.airflow.hosting import doctor_check as api_doctor_check
 from taskstate.airflow.versions import (
     airflow_version,
     native_store_active,

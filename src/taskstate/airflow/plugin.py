@@ -16,7 +16,7 @@ from typing import Any
 
 from airflow.plugins_manager import AirflowPlugin
 
-from taskstate.airflow.serving import api_served
+from taskstate.airflow.hosting import api_served
 from taskstate.airflow.versions import installed
 
 BASE_PATH = "/taskstate"

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from taskstate.airflow.serving import api_served
+from taskstate.airflow.hosting import api_served
 from taskstate.airflow.versions import installed
 
 TI_HREF = "taskstate/ui/ti/{DAG_ID}/{RUN_ID}/{TASK_ID}/{MAP_INDEX}"
