@@ -33,7 +33,7 @@ def _hosts_api(plugin_kind: str) -> bool:
 def _fastapi_apps() -> list[dict[str, Any]]:
     if not _hosts_api("fastapi_apps"):
         return []
-    from taskstate.airflow.api_v3 import build_app
+    from taskstate.airflow.api_server import build_app
 
     return [{"app": build_app(), "url_prefix": BASE_PATH, "name": "taskstate"}]
 
@@ -42,7 +42,7 @@ def _fastapi_apps() -> list[dict[str, Any]]:
 def _flask_blueprints() -> list[Any]:
     if not _hosts_api("flask_blueprints"):
         return []
-    from taskstate.airflow.api_v2 import blueprint
+    from taskstate.airflow.webserver import blueprint
 
     return [blueprint()]
 
