@@ -652,6 +652,7 @@ class MetaState:
         self._ns = scope.meta_namespace
 
     def get(self, key: str) -> Any:
+        """One marker's value, or None when it is not set (markers are JSON, never offloaded)."""
         entry = self._store.backend.get(self._ns, key)
         return None if entry is None else json.loads(entry.value)
 

@@ -49,8 +49,10 @@ def instant(as_of: object) -> float:
 
 
 def utc(seconds: float | None) -> datetime | None:
+    """Epoch seconds as an aware UTC datetime (None stays None)."""
     return None if seconds is None else datetime.fromtimestamp(seconds, timezone.utc)
 
 
 def writer_dict(text: str | None) -> dict[str, Any] | None:
+    """A stored writer (its JSON text) as a dict (None: unknown writer)."""
     return None if text is None else dict(json.loads(text))

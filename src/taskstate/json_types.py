@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class NonJson:
+    """A non-JSON type people try to store, and what to do about it: how messages name it, the
+    advice, and (when there is one) the JSON value to store instead."""
+
     what: str  # how a message names such a value: "a datetime"
     advice: str  # what to do instead, in words
     rewrite: str | None = None  # the JSON value to store, as an expression of `value`

@@ -268,12 +268,14 @@ class RemoteTaskState(_Remote, TaskStateStore):
         return {wire.EXPIRES_IN: after} if after is not None else {wire.EXPIRES_AT: None}
 
     def clear(self, *, all_map_indices: bool = False) -> None:
+        """As `TaskStateStore.clear`, on the server; `all_map_indices`: every map index."""
         if not all_map_indices:
             super().clear()
             return
         self._http.send(Request("DELETE", self._path, {wire.ALL_MAP_INDICES: "true"}))
 
     async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
+        """As `TaskStateStore.aset`, on the server."""
         await self._aset(key, value, retention)
 
 
@@ -281,6 +283,7 @@ class RemoteAssetState(_Remote, AssetStateStore):
     """`AssetStateStore` over HTTP (asset state never expires)."""
 
     async def aset(self, key: str, value: JsonValue) -> None:
+        """As `AssetStateStore.aset`, on the server."""
         await self._aset(key, value, None)
 
 
@@ -294,6 +297,7 @@ class RemoteMeta:
         self._query = {wire.MAP_INDEX: scope.map_index}
 
     def get(self, key: str) -> Any:
+        """As `MetaState.get`, on the server: one marker's value, or None."""
         try:
             response = self._http.send(Request("GET", wire.key_path(self._path, key), self._query))
         except KeyNotFoundError:
@@ -310,4 +314,5 @@ class RemoteMeta:
         self._http.send(request)
 
     def clear(self) -> None:
+        """As `MetaState.clear`, on the server: every marker of the task instance."""
         self._http.send(Request("DELETE", self._path, self._query))

@@ -70,10 +70,13 @@ class TaskScope:
 
     @cached_property  # a scope is immutable; a server builds one per request and asks often
     def namespace(self) -> str:
+        """The backend namespace every row of this task instance's state is filed under."""
         return task_prefix(self.dag_id, self.run_id, self.task_id) + str(self.map_index)
 
     @property
     def meta_namespace(self) -> str:
+        """Where taskstate's own markers for this task instance live (re-run and re-expansion
+        detection): beside the user's state, never listed with it."""
         return META_KIND + self.namespace[len(TASK_KIND) :]
 
 
@@ -98,10 +101,12 @@ class AssetScope:
 
     @property
     def identity(self) -> str:
+        """What addresses the asset: its name, else its URI."""
         return self.name if self.name is not None else str(self.uri)
 
     @property
     def namespace(self) -> str:
+        """The backend namespace the asset's state is filed under."""
         return ASSET_PREFIX + self.identity
 
 

@@ -194,6 +194,9 @@ class Settings:
 
     @classmethod
     def load(cls, environ: Mapping[str, str] | None = None) -> Settings:
+        """Every `Settings` option, read as Airflow would (environment, `_CMD`, `_SECRET`,
+        Airflow's config, airflow.cfg) and parsed; the credentials are not read. ConfigError
+        names the option that cannot be read or parsed."""
         env = os.environ if environ is None else environ
         lookup = _airflow_lookup() or _file_lookup(env)
         values: dict[str, Any] = {}
@@ -205,6 +208,8 @@ class Settings:
 
     @property
     def uses_builtin_backend(self) -> bool:
+        """True when `[state_store] backend` is unset or names Airflow's default: taskstate's
+        own backends, chosen by `taskstate_url`."""
         return self.backend is None or self.backend in AIRFLOW_METASTORE_BACKENDS
 
     def redacted(self) -> dict[str, Any]:
@@ -258,6 +263,7 @@ class ShownOption:
 
     @property
     def label(self) -> str:
+        """The option as airflow.cfg names it: `[section] option`."""
         return f"[{self.section}] {self.option}"
 
 
@@ -409,6 +415,7 @@ def _secret(source: str, path: str, env: Mapping[str, str], lookup: Lookup) -> s
 
 
 def airflow_home(environ: Mapping[str, str] | None = None) -> Path | None:
+    """`$AIRFLOW_HOME`, or None when it is not set."""
     env = os.environ if environ is None else environ
     home = env.get("AIRFLOW_HOME")
     return Path(home).expanduser() if home else None
@@ -439,5 +446,7 @@ def _file_lookup(env: Mapping[str, str]) -> Lookup:
 
 
 def default_sqlite_path(environ: Mapping[str, str] | None = None) -> Path:
+    """Where the SQLite store lives when no URL is configured: `$AIRFLOW_HOME/taskstate.db`,
+    else `~/.taskstate/state.db`."""
     home = airflow_home(environ)
     return home / "taskstate.db" if home else Path.home() / ".taskstate" / "state.db"

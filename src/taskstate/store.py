@@ -456,6 +456,8 @@ class StateStore:
         return self.backend.describe()
 
     def schema_status(self) -> SchemaStatus:
+        """The backend's schema version against the newest this taskstate knows (`taskstate db
+        check`)."""
         return self.backend.schema_status()
 
     def migrate(self) -> list[int]:
@@ -463,6 +465,7 @@ class StateStore:
         return self.backend.migrate()
 
     def close(self) -> None:
+        """Release the backend's connections; the store is unusable afterwards."""
         self.backend.close()
 
     def __enter__(self) -> StateStore:

@@ -20,10 +20,13 @@ T = TypeVar("T")
 REF_PREFIX: Final = "@taskstate-ref:"
 
 
-GONE: Final = object()  # `_read`: the row was deleted while its value was being read
+GONE: Final = object()  # `StateStore.read_value`: the row was deleted while being read
 
 
 class Expiry:
+    """A named sentinel for an expiry argument (`DEFAULT_EXPIRY`: the configured retention;
+    `KEEP_EXPIRY`: the key's current expiry), compared by identity."""
+
     def __init__(self, name: str) -> None:
         self._name = name
 
@@ -71,6 +74,8 @@ class StoredEntry:
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
+    """One page of a listing: its `items` and the `total` count of everything listed."""
+
     items: list[T]
     total: int
 

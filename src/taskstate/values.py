@@ -182,6 +182,8 @@ def check_size(text: str, limit: int, key: str, *, offload_configured: bool) -> 
 
 
 def check_key(key: object) -> str:
+    """The key, if it is one: a str of at most MAX_KEY_LENGTH characters with no character
+    `name_problem` refuses; KeyTypeError / InvalidKeyError saying what to change otherwise."""
     if type(key) is not str:
         raise KeyTypeError(f"a key must be a str, got {type(key).__name__} {key!r}")
     if len(key) > MAX_KEY_LENGTH:

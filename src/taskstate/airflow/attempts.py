@@ -34,6 +34,7 @@ class Attempt:
     run_started: str | None
 
     def as_json(self) -> dict[str, Any]:
+        """The attempt as the JSON marker it is stored as."""
         return asdict(self)
 
 

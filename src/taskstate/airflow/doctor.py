@@ -29,6 +29,9 @@ Check = tuple[str, str, str]
 
 
 def report() -> list[Check]:
+    """The Airflow checks of `taskstate doctor`, as (check, status, detail): which Airflow, the
+    HTTP API, which store is in charge, and then the injection, providers' `durable=True` and
+    each executor (or, with Airflow's own store in charge, state not yet migrated)."""
     version = airflow_version()
     if version is None:
         return [("airflow", "ok", "not installed: plain-Python use")]

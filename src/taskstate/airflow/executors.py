@@ -47,22 +47,29 @@ class Executor:
 
     @property
     def alias(self) -> str | None:
+        """The alias before `:` in the `[core] executor` entry, if it has one."""
         alias, sep, _ = self.entry.partition(":")
         return alias if sep else None
 
     @property
     def path(self) -> str:
+        """The executor as the entry names it, without its alias (a class name or dotted path)."""
         return self.entry.partition(":")[2] or self.entry
 
     @property
     def name(self) -> str:
+        """The executor's class name."""
         return self.path.rsplit(".", 1)[-1]
 
     @property
     def reach(self) -> Reach:
+        """Whether its tasks may run on other machines: `local`, `distributed`, `by queue` (only
+        its Kubernetes queue's) or `unknown` (a custom executor)."""
         return _REACH.get(self.name, "unknown")
 
     def matches(self, reference: str) -> bool:
+        """Whether a task's `executor` argument names this one (entry, alias, path or class
+        name)."""
         return reference in (self.entry, self.alias, self.path, self.name)
 
 
@@ -134,6 +141,8 @@ def check_task_store(context: Any, settings: Settings) -> None:
 
 
 def refusal(executor: str, settings: Settings) -> str:
+    """Why tasks of a distributed executor may not use the default SQLite file, and what to
+    configure instead."""
     from taskstate.backends import resolve_url
 
     path = resolve_url(settings).removeprefix("sqlite:///")

@@ -8,9 +8,13 @@ from airflow.models.baseoperatorlink import BaseOperatorLink
 
 
 class TaskStateLink(BaseOperatorLink):  # type: ignore[misc]  # Airflow is untyped here
+    """The "Task State" link Airflow 2 shows on every task instance, to its state in the FAB
+    view."""
+
     name = "Task State"
 
     def get_link(self, operator: Any, *, ti_key: Any) -> str:
+        """The FAB view's URL for the task instance `ti_key` names."""
         from flask import url_for  # the webserver asks inside a request
 
         return str(

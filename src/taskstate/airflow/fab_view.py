@@ -20,6 +20,8 @@ from taskstate.api.routes_ui import app_container
 
 
 class TaskStateView(BaseView):  # type: ignore[misc]  # Flask AppBuilder is untyped
+    """Browse → Task State on Airflow 2: the state pages in the webserver's own layout."""
+
     route_base = "/taskstate-ui"
     default_view = "index"
     # The template ships with the pages (taskstate/ui/templates), this view's Jinja layout.
@@ -40,8 +42,10 @@ class TaskStateView(BaseView):  # type: ignore[misc]  # Flask AppBuilder is unty
 
     @expose("/")  # type: ignore[untyped-decorator]
     def index(self) -> Any:
+        """The pages, opened on the task-instance view (or the query's task instance)."""
         return self._page()
 
     @expose("/assets")  # type: ignore[untyped-decorator]
     def assets(self) -> Any:
+        """The pages, opened on the asset list (Browse → Asset State)."""
         return self._page("assets")

@@ -39,6 +39,7 @@ def process_store() -> StateStore:
 
 
 def task_scope(ti: Any) -> TaskScope:
+    """The scope of a task instance (a map index of None is -1: not mapped)."""
     map_index = ti.map_index if ti.map_index is not None else -1
     return TaskScope(ti.dag_id, ti.run_id, ti.task_id, map_index)
 
@@ -74,6 +75,8 @@ class InjectState:
         self.expanded = expanded
 
     def __call__(self, context: MutableMapping[str, Any]) -> None:
+        """Put the stores into `context` (a retry continues the state, a re-run or re-expansion
+        starts it over); a store that cannot be opened fails the task where it is used."""
         task = context["task"]
         try:
             store = process_store()
@@ -144,6 +147,7 @@ class ClearOnSuccess:
     """`on_success_callback`: `[state_store] clear_on_success` wipes the task instance's state."""
 
     def __call__(self, context: Mapping[str, Any]) -> None:
+        """Clear the task instance's state (its map index only) when the setting is on."""
         store = process_store()
         if not store.settings.clear_on_success:
             return

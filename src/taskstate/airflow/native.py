@@ -74,6 +74,8 @@ class WarnUnmigrated:
     state of this DAG that `taskstate migrate-to-airflow` never copied."""
 
     def __call__(self, context: Mapping[str, Any]) -> None:
+        """The first time this process runs a task of the DAG, warn in the task's log if
+        taskstate holds unmigrated state of it; a store that cannot be read is no warning."""
         ti = context["ti"]
         if ti.dag_id in _CHECKED:
             return

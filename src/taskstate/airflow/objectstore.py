@@ -94,31 +94,41 @@ class ObjectStorageStateBackend(ObjectFiles):
     # -- Airflow's worker-backend contract ---------------------------------------------------
 
     def serialize_task_state_store_to_ref(self, *, value: Any, key: str, scope: Any) -> str:
+        """Put a task's value in object storage; the reference Airflow keeps in its database. A
+        new object per write, so a reference never names a changed value."""
         return self._put(_namespace(scope), key, value)
 
     def serialize_asset_state_store_to_ref(self, *, value: Any, key: str, scope: Any) -> str:
+        """Put an asset's value in object storage; the reference Airflow keeps in its database."""
         return self._put(_namespace(scope), key, value)
 
     def deserialize_task_state_store_from_ref(self, stored: str) -> Any:
+        """The value a reference names; BackendError when its object is missing or unreadable."""
         return decode_value(self._read(stored))
 
     def deserialize_asset_state_store_from_ref(self, stored: str) -> Any:
+        """The value a reference names; BackendError when its object is missing or unreadable."""
         return decode_value(self._read(stored))
 
     def delete(self, scope: Any, key: str, *, session: Any = None) -> None:
+        """Remove a deleted key's objects older than the grace period (`keep_versions_s`: a
+        write in flight keeps its new object)."""
         self._remove_old(f"{self.root}/{digest(_namespace(scope))}/{digest(key)}")
 
     def clear(self, scope: Any, *, all_map_indices: bool = False, session: Any = None) -> None:
+        """Remove the scope's objects older than the grace period."""
         # Airflow's workers clear their own map index only; all_map_indices is for its UI/CLI,
         # whose objects the sweep collects.
         self._remove_old(f"{self.root}/{digest(_namespace(scope))}")
 
     async def adelete(self, scope: Any, key: str, *, session: Any = None) -> None:
+        """`delete` in a worker thread."""
         await asyncio.to_thread(self.delete, scope, key)
 
     async def aclear(
         self, scope: Any, *, all_map_indices: bool = False, session: Any = None
     ) -> None:
+        """`clear` in a worker thread."""
         await asyncio.to_thread(self.clear, scope)
 
     # -- storage ----------------------------------------------------------------------------
@@ -159,6 +169,7 @@ class ObjectStorageStateBackend(ObjectFiles):
         self.remove([ref for ref, modified in self.objects(under) if modified < cutoff])
 
     def remove(self, refs: list[str]) -> None:
+        """Remove these objects (missing ones are no error)."""
         self._remove_paths([f"{self.root}/{ref}" for ref in refs])
 
 
@@ -167,6 +178,9 @@ class ObjectStorageStateBackend(ObjectFiles):
 
 @dataclass(frozen=True)
 class SweepResult:
+    """What `taskstate clean --airflow-offload` found: objects listed, removed (or, in a dry
+    run, that would be) and kept because they are younger than the grace period."""
+
     objects: int  # listed
     removed: int  # (dry run: would remove) unreferenced and older than the grace period
     kept_young: int  # unreferenced but younger: a write may be in flight

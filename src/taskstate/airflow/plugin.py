@@ -56,14 +56,20 @@ def ui_extensions() -> dict[str, Any]:
 
 
 class TaskStatePlugin(AirflowPlugin):  # type: ignore[misc]  # Airflow is untyped here
+    """taskstate's Airflow plugin: the HTTP API (and the state pages) on the api-server or
+    webserver, and where the pages appear in Airflow's UI, as the installed Airflow's
+    capabilities allow."""
+
     name = "taskstate"
 
     @property
     def fastapi_apps(self) -> list[dict[str, Any]]:
+        """The API app for Airflow 3's api-server, built on first use; empty elsewhere."""
         return _fastapi_apps()
 
     @property
     def flask_blueprints(self) -> list[Any]:
+        """The API's blueprint for Airflow 2's webserver, built on first use; empty elsewhere."""
         return _flask_blueprints()
 
 

@@ -21,6 +21,9 @@ providers.install()
 
 @hookimpl  # type: ignore[untyped-decorator]  # pluggy's marker, untyped in Airflow
 def task_policy(task: Any) -> None:
+    """Airflow's cluster-policy hook, run on every task as its DAG is parsed: taskstate's
+    callbacks, or with Airflow 3.3+'s own store in charge, the guard on its accessors and the
+    unmigrated-state warning."""
     if native_store_active():
         native.guard_native_accessors()
         add_callback(task, "on_execute_callback", native.WarnUnmigrated())
@@ -29,6 +32,8 @@ def task_policy(task: Any) -> None:
 
 
 def attach(task: Any) -> None:
+    """Give a task (or mapped task) taskstate's callbacks: `InjectState` first among its execute
+    callbacks, `ClearOnSuccess` among its success callbacks."""
     expanded: tuple[str, ...] | None = None
     if getattr(task, "partial_kwargs", None) is not None:  # a mapped task
         spec = task._get_specified_expand_input().value
@@ -41,6 +46,8 @@ def attach(task: Any) -> None:
 
 
 def add_callback(task: Any, name: str, callback: Any, *, first: bool = False) -> None:
+    """Add `callback` to the task's `name` callbacks (`first`: before the others), keeping the
+    DAG's own and never stacking two of the same type."""
     partial_kwargs: dict[str, Any] | None = getattr(task, "partial_kwargs", None)
     if partial_kwargs is not None:
         # A mapped task: callbacks go to partial_kwargs, whence each unmapped copy gets them.

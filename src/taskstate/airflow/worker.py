@@ -28,6 +28,8 @@ TASK_TOKEN_LIFETIME = 7 * 86400
 
 
 def prepare_task_store(context: Any, store: StateStore) -> None:
+    """Before a task's first store use: refuse the default SQLite file where the executor
+    spreads tasks over machines (`check_task_store`), and give an HTTP store this try's token."""
     check_task_store(context, store.settings)
     # Loaded only when the store is HTTP: other tasks import neither it nor httpx.
     http = sys.modules.get("taskstate.backends.http")

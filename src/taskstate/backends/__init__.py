@@ -68,6 +68,8 @@ def open_backend(url: str | None, settings: Settings, *, create: bool = True) ->
 
 
 def load_worker_backend(settings: Settings) -> WorkerStateBackend | None:
+    """The `[workers] state_store_backend` named in the settings, built (None when it is not
+    set); ConfigError when the class cannot be loaded or is not a worker backend."""
     if not settings.worker_backend:
         return None
     worker: WorkerStateBackend = _load_class(

@@ -61,6 +61,10 @@ class VersionRow(NamedTuple):
 
 
 class Row(NamedTuple):
+    """One stored row, as backends scan, bulk-write and clean up: the namespace and key it is
+    filed under, the value's JSON text (or an offload reference), its expiry (None: never) and
+    when and by whom it was last written."""
+
     namespace: str
     key: str
     value: str
@@ -71,11 +75,15 @@ class Row(NamedTuple):
 
 @dataclass(frozen=True)
 class SchemaStatus:
+    """The backend's schema version (`current`, None before the first migration) against the
+    newest this taskstate knows (`latest`)."""
+
     current: int | None  # None: no schema yet
     latest: int
 
     @property
     def up_to_date(self) -> bool:
+        """The schema is exactly the one this taskstate writes."""
         return self.current == self.latest
 
     @property
@@ -279,6 +287,7 @@ class StateBackend(ABC):
     # Async twins: thread offload keeps one implementation of each operation. A backend with
     # a native async driver may override them.
     async def aget(self, namespace: str, key: str) -> Entry | None:
+        """`get` in a worker thread (a native async backend may override it)."""
         return await asyncio.to_thread(self.get, namespace, key)
 
     async def aset(
@@ -290,12 +299,15 @@ class StateBackend(ABC):
         now: float,
         updated_by: str | None = None,
     ) -> None:
+        """`set` in a worker thread (a native async backend may override it)."""
         await asyncio.to_thread(self.set, namespace, key, value, expires_at, now, updated_by)
 
     async def adelete(self, namespace: str, key: str) -> None:
+        """`delete` in a worker thread (a native async backend may override it)."""
         await asyncio.to_thread(self.delete, namespace, key)
 
     async def aclear(self, namespace: str) -> int:
+        """`clear` in a worker thread (a native async backend may override it)."""
         return await asyncio.to_thread(self.clear, namespace)
 
 
@@ -316,21 +328,26 @@ class HistoryBackend(StateBackend):
         now: float,
         updated_by: str | None = None,
         stamp: Stamp | None = None,
-    ) -> None: ...
+    ) -> None:
+        """As `StateBackend.set`; given a stamp, also appends the key's new version."""
 
     @abstractmethod
-    def delete(self, namespace: str, key: str, stamp: Stamp | None = None) -> None: ...
+    def delete(self, namespace: str, key: str, stamp: Stamp | None = None) -> None:
+        """As `StateBackend.delete`; given a stamp, also records the deletion as a version."""
 
     @abstractmethod
     def delete_if(
         self, namespace: str, key: str, version: Entry, stamp: Stamp | None = None
-    ) -> bool: ...
+    ) -> bool:
+        """As `StateBackend.delete_if`; given a stamp, also records the deletion."""
 
     @abstractmethod
-    def clear(self, namespace: str, stamp: Stamp | None = None) -> int: ...
+    def clear(self, namespace: str, stamp: Stamp | None = None) -> int:
+        """As `StateBackend.clear`; given a stamp, also records each key's deletion."""
 
     @abstractmethod
-    def clear_prefix(self, prefix: str, stamp: Stamp | None = None) -> int: ...
+    def clear_prefix(self, prefix: str, stamp: Stamp | None = None) -> int:
+        """As `StateBackend.clear_prefix`; given a stamp, also records each key's deletion."""
 
     @abstractmethod
     def transact(
@@ -340,15 +357,16 @@ class HistoryBackend(StateBackend):
         fn: Callable[[Entry | None], tuple[Entry | None, T]],
         now: float,
         stamp: Stamp | None = None,
-    ) -> T: ...
+    ) -> T:
+        """As `StateBackend.transact`; given a stamp, a write it makes also appends a version."""
 
     @abstractmethod
-    def set_many(
-        self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None
-    ) -> int: ...
+    def set_many(self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None) -> int:
+        """As `StateBackend.set_many`; given a stamp, also appends each written key's version."""
 
     @abstractmethod
-    def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int: ...
+    def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int:
+        """As `StateBackend.delete_expired`; given a stamp, also records each expiry."""
 
     @abstractmethod
     def versions(

@@ -72,9 +72,11 @@ class StoreLike(Protocol):
     `compare_and_set`, when the store has it, makes recording an intent atomic.
     """
 
-    def get(self, key: str, default: Any = None) -> Any: ...
+    def get(self, key: str, default: Any = None) -> Any:
+        """The value of `key`, or `default` when it is absent."""
 
-    def set(self, key: str, value: Any, *, retention: Any = None) -> None: ...
+    def set(self, key: str, value: Any, *, retention: Any = None) -> None:
+        """Write `key`; `retention` as the store's own `set` takes it."""
 
 
 def intent_key(external_id_key: str) -> str:

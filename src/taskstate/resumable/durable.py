@@ -44,6 +44,8 @@ def _own(init: Callable[..., None]) -> Callable[..., None]:
 
 
 def check(value: object) -> bool:
+    """`durable` as given, when it is a bool; TypeError otherwise (a truthy string must not turn
+    resuming on by accident)."""
     if type(value) is not bool:
         raise TypeError(f"durable must be True or False, got {type(value).__name__} {value!r}")
     return value

@@ -115,6 +115,8 @@ class ResumableJobMixin(ABC):
 
     @property
     def intent_key(self) -> str:
+        """The state key that records an intent to submit before the job id is known
+        (`<external_id_key>__intent`)."""
         return intent_key(self.external_id_key)
 
     def idempotency_token(self, context: Mapping[str, Any]) -> str | None:
