@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from taskstate.metrics.names import REGISTRY, TIMER, Metric
+from taskstate.metrics.names import REGISTRY, TIMER, Metric, between_markers
 
 PREFIX = "airflow."  # `[metrics] statsd_prefix`'s default, as Airflow's
 
@@ -93,11 +93,8 @@ MAPPINGS_END = "<!-- end of exporter mappings -->"
 
 def with_mappings(page: str) -> str:
     """`page` with the text between the mapping markers replaced by `exporter_yaml()`."""
-    head, start, rest = page.partition(MAPPINGS_START)
-    _, end, tail = rest.partition(MAPPINGS_END)
-    if not start or not end:
-        raise ValueError(f"the page has no {MAPPINGS_START!r} ... {MAPPINGS_END!r} markers")
-    return head + start + "\n```yaml\n" + exporter_yaml() + "```\n" + end + tail
+    block = "```yaml\n" + exporter_yaml() + "```\n"
+    return between_markers(page, MAPPINGS_START, MAPPINGS_END, block)
 
 
 def _expr(template: str) -> str:
