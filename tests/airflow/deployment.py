@@ -8,8 +8,9 @@ with SQLite) and, on 3.x, the DAG processor; a SQLite metadata DB; two users.
     run_id = deployment.trigger("ts_api")
     deployment.wait_for_run("ts_api", run_id)
 
-Users: `admin` (every permission) and `viewer` (read-only). `deployment.taskstate_token(...)`
-signs taskstate tokens with the deployment's `[state_store] taskstate_secret_key`. DAG files:
+Users: `admin` (every permission) and `viewer` (read-only); on 3.x also `user` and `op`.
+`deployment.taskstate_token(...)` signs taskstate tokens with the deployment's
+`[state_store] taskstate_secret_key`. DAG files:
 tests/airflow/api_dags plus whatever `extra_dags` the first caller passes; add yours there
 rather than starting another deployment (the machine has two cores).
 """
@@ -34,8 +35,11 @@ from tests.airflow.harness import AirflowHome
 
 API_DAGS = Path(__file__).resolve().parent / "api_dags"
 SECRET_KEY = "deployment-taskstate-secret-0123456789abcdef"
-USERS = {"admin": "admin-pw", "viewer": "viewer-pw"}
-_ROLES_3 = {"admin": "admin", "viewer": "viewer"}
+USERS = {"admin": "admin-pw", "viewer": "viewer-pw", "user": "user-pw", "op": "op-pw"}
+# 3.x: the simple auth manager's four roles, one user each (configuration only, free). 2.x: the
+# CLI creates admin and viewer; tests create others through the users API when they need them
+# (each `airflow users create` is an Airflow process start).
+_ROLES_3 = {"admin": "admin", "viewer": "viewer", "user": "user", "op": "op"}
 _ROLES_2 = {"admin": "Admin", "viewer": "Viewer"}
 
 
