@@ -81,6 +81,9 @@ class Deployment:
                 "AIRFLOW__API__BASE_URL": self.base_url,
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
                 "AIRFLOW__API_AUTH__JWT_SECRET": "deployment-jwt-secret-0123456789",
+                # 3.0 signs its JWTs with `iss` = this setting, default None, which the pinned
+                # PyJWT refuses ("Issuer (iss) must be a string": /auth/token answers 500).
+                "AIRFLOW__API_AUTH__JWT_ISSUER": "taskstate-tests",
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
                     f"{u}:{r}" for u, r in _ROLES_3.items()
                 ),
