@@ -31,6 +31,17 @@ def version_tuple(version: str) -> tuple[int, int]:
     return int(match.group(1)), int(match.group(2))
 
 
+# Airflow 3.1 made its API read the JWT from the UI's `_token` cookie too; 3.0's takes only the
+# Authorization header (its UI moves the cookie into localStorage and sends the header).
+API_COOKIE_SINCE = (3, 1)
+
+
+def api_reads_the_cookie() -> bool:
+    """True where Airflow's own API authenticates a request by its `_token` cookie (3.1+)."""
+    version = airflow_version()
+    return version is not None and version_tuple(version) >= API_COOKIE_SINCE
+
+
 def native_store_available() -> bool:
     """True on Airflow 3.3+, which ships its own `task_state_store`."""
     version = airflow_version()
