@@ -55,6 +55,17 @@ def free_port() -> int:
         return port
 
 
+def stop_server(proc: subprocess.Popen[bytes], grace: float = 60) -> None:
+    """SIGTERM a loopback server started as `proc`, and SIGKILL it if it has not exited after
+    `grace` seconds (a loaded machine can take longer than 10 s to run its exit handlers)."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def wait_for_port(
     port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 120
 ) -> None:
