@@ -410,15 +410,16 @@ MATRIX_2 = {
     "admin": (ALL, ALL),
     "dag_a": (ALL, set()),  # a role with DAG `ts_api` only, and no Datasets permission
 }
-# A FAB role allowed DAG `ts_api` alone (Airflow 2's per-DAG permissions).
+# A FAB role allowed DAG `ts_api` alone (Airflow 2's per-DAG permissions), with what FAB asks
+# for a task instance besides: the Task Instances and DAG Runs permissions for the method.
 DAG_A_ROLE = {
     "name": "ts_api_only",
     "actions": [
         {"action": {"name": action}, "resource": {"name": resource}}
         for action, resource in [
             ("can_read", "DAG:ts_api"), ("can_edit", "DAG:ts_api"),
-            ("can_read", "Task Instances"), ("can_edit", "Task Instances"),
-            ("can_delete", "Task Instances"),
+            *((a, r) for a in ("can_read", "can_edit", "can_delete")
+              for r in ("Task Instances", "DAG Runs")),
         ]
     ],
 }  # fmt: skip
