@@ -88,7 +88,7 @@ class Aws:
 @contextlib.contextmanager
 def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
     """A fresh server on 127.0.0.1 with an empty ledger, stopped on exit."""
-    from tests.postgres_server import free_port, wait_for_port
+    from tests.postgres_server import free_port, stop_server, wait_for_port
 
     port = free_port()
     ledger = workdir / f"aws-ledger-{port}.jsonl"
@@ -104,8 +104,7 @@ def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
         aws.create_job_queues()
         yield aws
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_server(proc)
         log.close()
 
 

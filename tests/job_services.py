@@ -91,7 +91,7 @@ def _certificate(workdir: Path) -> tuple[Path, Path]:
 @contextlib.contextmanager
 def running_services(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Services]:
     """Fresh fakes on 127.0.0.1 with an empty ledger, stopped on exit."""
-    from tests.postgres_server import free_port, wait_for_port
+    from tests.postgres_server import free_port, stop_server, wait_for_port
 
     dbt_port, airbyte_port = free_port(), free_port()
     ledger = workdir / f"services-ledger-{dbt_port}.jsonl"
@@ -106,8 +106,7 @@ def running_services(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Ser
             wait_for_port(port, proc, f"the job services (log: {log.name})")
         yield Services(f"127.0.0.1:{dbt_port}", f"http://127.0.0.1:{airbyte_port}/v1", cert, ledger)
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_server(proc)
         log.close()
 
 

@@ -55,9 +55,23 @@ def free_port() -> int:
         return port
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 30) -> None:
+def stop_server(proc: subprocess.Popen[bytes], grace: float = 60) -> None:
+    """SIGTERM a loopback server started as `proc`, and SIGKILL it if it has not exited after
+    `grace` seconds (a loaded machine can take longer than 10 s to run its exit handlers)."""
+    proc.terminate()
+    try:
+        proc.wait(grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def wait_for_port(
+    port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 120
+) -> None:
     """Until a server started as `proc` accepts connections on 127.0.0.1:`port`; raises with
-    `what` (say where its log is) if it exits first or takes longer than `timeout`."""
+    `what` (say where its log is) if it exits first or takes longer than `timeout` (moto's
+    server took over 30 s to import at a load of 20)."""
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):

@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from tests.postgres_server import free_port, wait_for_port
+from tests.postgres_server import free_port, stop_server, wait_for_port
 
 
 @contextlib.contextmanager
@@ -25,8 +25,7 @@ def running_s3() -> Iterator[str]:
         wait_for_port(port, proc, "moto_server")
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        proc.wait(10)
+        stop_server(proc)
 
 
 def s3_options(endpoint: str) -> dict[str, object]:

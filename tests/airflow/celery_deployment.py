@@ -1,7 +1,11 @@
 """A real distributed Airflow: scheduler (+ api-server on 3.x) with the CeleryExecutor, a Redis
-broker and result backend, and a Celery worker in its own AIRFLOW_HOME. On Airflow 3 the worker
-gets no `sql_alchemy_conn` (its default would be an empty SQLite file of its own home), so its
-tasks reach Airflow only through the api-server and taskstate only through `worker_env`."""
+broker and result backend, and Celery workers, each in its own AIRFLOW_HOME. On Airflow 3 a
+worker gets no `sql_alchemy_conn` (its default would be an empty SQLite file of its own home),
+so its tasks reach Airflow only through the api-server and taskstate only through its `env`.
+
+One deployment can serve several tests one after another: each starts its own worker (its own
+home, ledgers and logs, its own taskstate settings) and triggers its own runs, waiting for
+those runs only. The scheduler creates no scheduled runs (`use_job_schedule` off)."""
 
 from __future__ import annotations
 
@@ -10,8 +14,10 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import time
+import uuid
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,53 +30,103 @@ from tests.redis_server import running_redis
 CELERY_DAGS = Path(__file__).resolve().parent / "celery_dags"
 
 
-class CeleryDeployment:
-    def __init__(self, airflow: Airflow, worker_home: Path, api_url: str) -> None:
-        self.airflow = airflow
-        self.worker_home = worker_home
-        self.api_url = api_url  # the plugin's routes on the api-server (3.x) / webserver (2.x)
+class Worker:
+    """A Celery worker's home: what its tasks wrote there (ledgers, logs)."""
 
-    def runs(self, dag_id: str) -> list[dict[str, Any]]:
-        listing = ["dags", "list-runs", *(["-d"] if self.airflow.major < 3 else []), dag_id]
-        out = self.airflow.run(*listing, "-o", "json")
-        # Airflow 2 may print log lines (which start with "[2026-...") before the JSON.
-        (json_line,) = [line for line in out.splitlines() if line.startswith(("[{", "[]"))]
-        runs: list[dict[str, Any]] = json.loads(json_line)
-        return runs
-
-    def trigger_and_wait(self, dag_id: str, timeout: float = 420) -> str:
-        """Trigger a run of `dag_id` and wait until it finishes; returns its state."""
-        self.airflow.run("dags", "unpause", dag_id)
-        self.airflow.run("dags", "trigger", dag_id)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            states = {run["state"] for run in self.runs(dag_id)}
-            if states & {"success", "failed"}:
-                return str(states.pop())
-            time.sleep(3)
-        raise TimeoutError(f"{dag_id} did not finish in {timeout} s; see {self.airflow.home}")
+    def __init__(self, home: Path) -> None:
+        self.home = home
 
     def ledger(self, name: str) -> collections.Counter[Any]:
-        path = self.worker_home / name
+        path = self.home / name
         lines = path.read_text().splitlines() if path.exists() else []
         return collections.Counter(
             tuple(item) if isinstance(item, list) else item["id"] for item in map(json.loads, lines)
         )
 
     def task_logs(self, dag_id: str, task_id: str) -> str:
-        logs = sorted(self.worker_home.glob(f"logs/dag_id={dag_id}/**/task_id={task_id}/**/*.log"))
+        logs = sorted(self.home.glob(f"logs/dag_id={dag_id}/**/task_id={task_id}/**/*.log"))
         return "\n".join(p.read_text(errors="replace") for p in logs)
 
 
+class CeleryDeployment:
+    def __init__(self, airflow: Airflow, root: Path, api_url: str) -> None:
+        self.airflow = airflow
+        self.root = root
+        self.api_url = api_url  # the plugin's routes on the api-server (3.x) / webserver (2.x)
+        self._unpaused: set[str] = set()
+
+    @contextmanager
+    def worker(
+        self, name: str, env: Mapping[str, str] = {}, concurrency: int = 4
+    ) -> Iterator[Worker]:
+        """A worker with its own home and `env` on top of the deployment's settings; `{api_url}`
+        in a value is the plugin's routes on this deployment. Stopped on leaving."""
+        home = self.root / name
+        home.mkdir()
+        overrides = {k: v.replace("{api_url}", self.api_url) for k, v in env.items()}
+        environ = {**self.airflow.environ, "AIRFLOW_HOME": str(home), **overrides}
+        if self.airflow.major >= 3:  # tasks reach Airflow through the api-server only
+            environ.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
+        log = (self.root / f"{name}.log").open("w")
+        proc = subprocess.Popen(
+            [str(self.airflow.env / "bin" / "airflow"), "celery", "worker",
+             "--concurrency", str(concurrency)],
+            env=environ, cwd=home, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+        try:
+            yield Worker(home)
+        finally:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            log.close()
+
+    def trigger(self, dag_id: str) -> str:
+        if dag_id not in self._unpaused:
+            self.airflow.run("dags", "unpause", dag_id)
+            self._unpaused.add(dag_id)
+        run_id = f"ts_{uuid.uuid4().hex[:10]}"
+        self.airflow.run("dags", "trigger", dag_id, "--run-id", run_id)
+        return run_id
+
+    def run_state(self, dag_id: str, run_id: str) -> str | None:
+        conn = self.airflow.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")
+        if not conn or conn.startswith("sqlite"):  # read the file: no Airflow process per poll
+            query = "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?"
+            with sqlite3.connect(self.airflow.home / "airflow.db", timeout=30) as db:
+                row = db.execute(query, (dag_id, run_id)).fetchone()
+            return None if row is None else str(row[0])
+        listing = ["dags", "list-runs", *(["-d"] if self.airflow.major < 3 else []), dag_id]
+        out = self.airflow.run(*listing, "-o", "json")
+        # Airflow 2 may print log lines (which start with "[2026-...") before the JSON.
+        (json_line,) = [line for line in out.splitlines() if line.startswith(("[{", "[]"))]
+        states = {run["run_id"]: run["state"] for run in json.loads(json_line)}
+        return states.get(run_id)
+
+    def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 420) -> str:
+        """Wait until the run finishes; returns its state."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state in ("success", "failed"):
+                return state
+            time.sleep(3)
+        raise TimeoutError(f"{dag_id} {run_id} did not finish in {timeout} s; see {self.root}")
+
+    def trigger_and_wait(self, dag_id: str, timeout: float = 420) -> tuple[str, str]:
+        """(run id, final state) of a new run of `dag_id`."""
+        run_id = self.trigger(dag_id)
+        return run_id, self.wait_for_run(dag_id, run_id, timeout)
+
+
 @contextmanager
-def celery_deployment(
-    root: Path,
-    version: str,
-    *,
-    extra: Mapping[str, str] = {},
-    worker_env: Mapping[str, str] = {},
-    concurrency: int = 4,
+def celery_airflow(
+    root: Path, version: str, *, extra: Mapping[str, str] = {}, concurrency: int = 4
 ) -> Iterator[CeleryDeployment]:
+    """The deployment without workers: `deployment.worker(...)` starts them."""
     with running_redis() as redis:
         celery = {
             "AIRFLOW__CORE__EXECUTOR": "CeleryExecutor",
@@ -80,6 +136,8 @@ def celery_deployment(
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(free_port()),
             # Airflow 3's task -> api-server calls: a loaded test machine needs more than 5 s.
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
+            # Only the runs the tests trigger: none a worker of another test could pick up.
+            "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
         }
         home = root / "airflow"
         home.mkdir()
@@ -87,28 +145,6 @@ def celery_deployment(
         for dag_file in CELERY_DAGS.glob("*.py"):
             shutil.copy(dag_file, home / "dags" / dag_file.name)
         airflow.run("dags", "reserialize")
-        worker_home = root / "worker"
-        worker_home.mkdir()
         api_url = f"http://127.0.0.1:{airflow.environ['AIRFLOW__API__PORT']}/taskstate"
-        # `{api_url}` in a worker setting: the plugin's routes on this deployment's api-server.
-        overrides = {k: v.replace("{api_url}", api_url) for k, v in worker_env.items()}
-        env = {**airflow.environ, "AIRFLOW_HOME": str(worker_home), **overrides}
-        if airflow.major >= 3:  # tasks reach Airflow through the api-server only
-            env.pop("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", None)
         with airflow.services():
-            log = (root / "worker.log").open("w")
-            worker = subprocess.Popen(
-                [str(airflow.env / "bin" / "airflow"), "celery", "worker",
-                 "--concurrency", str(concurrency)],
-                env=env, cwd=worker_home, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )  # fmt: skip
-            try:
-                yield CeleryDeployment(airflow, worker_home, api_url)
-            finally:
-                os.killpg(worker.pid, signal.SIGTERM)
-                try:
-                    worker.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(worker.pid, signal.SIGKILL)
-                    worker.wait()
+            yield CeleryDeployment(airflow, root, api_url)

@@ -33,15 +33,22 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             if item.get_closest_marker("airflow"):
                 item.add_marker(skip)
         return
+    known = set(pinned())
+
+    def named(item: pytest.Item) -> set[str]:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        return {v for v in params.values() if isinstance(v, str) and v in known}
+
+    # One deployment at a time: the users of each version together (those naming none first),
+    # so a deployment runs only while its own tests do, not through other versions' tests.
+    rank = {version: n for n, version in enumerate(versions())}
     users = [i for i in items if "deployments" in getattr(i, "fixturenames", ())]
+    users.sort(key=lambda i: min((rank.get(v, len(rank)) for v in named(i)), default=-1))
     items[:] = users + [i for i in items if i not in users]
     _last_user.clear()
-    known = set(pinned())
     for item in users:
-        params = getattr(getattr(item, "callspec", None), "params", {})
-        named = {v for v in params.values() if isinstance(v, str) and v in known}
         # A test whose parameters name no version may use any: it keeps them all running.
-        for version in named or versions():
+        for version in named(item) or versions():
             _last_user[version] = item.nodeid
 
 

@@ -8,8 +8,9 @@ with SQLite) and, on 3.x, the DAG processor; a SQLite metadata DB; two users.
     run_id = deployment.trigger("ts_api")
     deployment.wait_for_run("ts_api", run_id)
 
-Users: `admin` (every permission) and `viewer` (read-only). `deployment.taskstate_token(...)`
-signs taskstate tokens with the deployment's `[state_store] taskstate_secret_key`. DAG files:
+Users: `admin` (every permission) and `viewer` (read-only); on 3.x also `user` and `op`.
+`deployment.taskstate_token(...)` signs taskstate tokens with the deployment's
+`[state_store] taskstate_secret_key`. DAG files:
 tests/airflow/api_dags plus whatever `extra_dags` the first caller passes; add yours there
 rather than starting another deployment (the machine has two cores).
 """
@@ -26,6 +27,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -34,8 +36,11 @@ from tests.airflow.harness import AirflowHome
 
 API_DAGS = Path(__file__).resolve().parent / "api_dags"
 SECRET_KEY = "deployment-taskstate-secret-0123456789abcdef"
-USERS = {"admin": "admin-pw", "viewer": "viewer-pw"}
-_ROLES_3 = {"admin": "admin", "viewer": "viewer"}
+USERS = {"admin": "admin-pw", "viewer": "viewer-pw", "user": "user-pw", "op": "op-pw"}
+# 3.x: the simple auth manager's four roles, one user each (configuration only, free). 2.x: the
+# CLI creates admin and viewer; tests create others through the users API when they need them
+# (each `airflow users create` is an Airflow process start).
+_ROLES_3 = {"admin": "admin", "viewer": "viewer", "user": "user", "op": "op"}
 _ROLES_2 = {"admin": "Admin", "viewer": "Viewer"}
 
 
@@ -55,7 +60,10 @@ class Deployment:
             "AIRFLOW__CORE__PARALLELISM": "4",
             "AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY": SECRET_KEY,
             "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "1",
-            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "5",
+            # Airflow's default: every DAG file is reparsed this often in a process of its own,
+            # CPU the lane's tests need. `dags reserialize` serialises them before the start,
+            # and again for a file a test adds later.
+            "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "30",
             # Its own log-server ports: 8793/8794 are taken by whichever deployment (this
             # session's other lane, another checkout's) started first ("Errno 98").
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
@@ -73,6 +81,9 @@ class Deployment:
                 "AIRFLOW__API__BASE_URL": self.base_url,
                 "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{self.base_url}/execution/",
                 "AIRFLOW__API_AUTH__JWT_SECRET": "deployment-jwt-secret-0123456789",
+                # 3.0 signs its JWTs with `iss` = this setting, default None, which the pinned
+                # PyJWT refuses ("Issuer (iss) must be a string": /auth/token answers 500).
+                "AIRFLOW__API_AUTH__JWT_ISSUER": "taskstate-tests",
                 "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": ",".join(
                     f"{u}:{r}" for u, r in _ROLES_3.items()
                 ),
@@ -186,12 +197,18 @@ class Deployment:
     # -- DAG runs -------------------------------------------------------------------------
 
     def trigger(self, dag_id: str, conf: dict[str, Any] | None = None) -> str:
+        """Unpause `dag_id` and trigger a run, through Airflow's REST API (as `airflow dags
+        unpause` / `trigger` would, without starting an Airflow process for each)."""
         run_id = f"ts_{uuid.uuid4().hex[:10]}"
-        self.home.airflow("dags", "unpause", dag_id)
-        args = ["dags", "trigger", dag_id, "--run-id", run_id]
-        if conf:
-            args += ["--conf", json.dumps(conf)]
-        self.home.airflow(*args)
+        api = "/api/v2" if self.major >= 3 else "/api/v1"
+        body: dict[str, Any] = {"dag_run_id": run_id, "conf": conf or {}}
+        if self.major >= 3:  # required (may be null) on 3.0; the CLI's default is now
+            body["logical_date"] = datetime.now(timezone.utc).isoformat()
+        with self.client("admin") as http:
+            unpaused = http.patch(f"{api}/dags/{dag_id}", json={"is_paused": False})
+            assert unpaused.status_code == 200, unpaused.text
+            triggered = http.post(f"{api}/dags/{dag_id}/dagRuns", json=body)
+            assert triggered.status_code == 200, triggered.text
         return run_id
 
     def run_state(self, dag_id: str, run_id: str) -> str | None:

@@ -1,6 +1,7 @@
-"""taskstate's HTTP API inside real Airflow: the plugin on Airflow 3.2's api-server and on
-Airflow 2.11's webserver, with Airflow's own authentication and permissions, against state
-that real DAG runs write and read."""
+"""taskstate's HTTP API inside real Airflow: the plugin on the api-server of Airflow 3.0, 3.1
+and 3.2 and on the webserver of Airflow 2.10 and 2.11 (every version the README says it serves),
+with Airflow's own authentication and permissions, against state that real DAG runs write and
+read. One shared deployment per version (tests/airflow/deployment.py)."""
 
 from __future__ import annotations
 
@@ -29,9 +30,12 @@ from taskstate.settings import Settings
 # Each Airflow CLI call took up to 3 minutes on a machine at load 27: room for that too.
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1500)]
 
-HOSTS = [v for v in ("3.2", "2.11") if v in versions()] or ["none"]
+# Every version whose api-server or webserver hosts the plugin (3.3+ serves its own routes).
+HOSTED = ("3.2", "2.11", "3.1", "3.0", "2.10")
+HOSTS = [v for v in HOSTED if v in versions()] or ["none"]
 # Tests of Airflow 2's webserver only (its CSRF check, its FAB pages): not collected for 3.x.
-AIRFLOW2_HOST = [v for v in ("2.11",) if v in versions()] or ["none-2.11"]
+AIRFLOW2 = ("2.11", "2.10")
+AIRFLOW2_HOST = [v for v in AIRFLOW2 if v in versions()] or ["none-2"]
 V2 = "/taskstate/api/v2"
 
 
@@ -42,9 +46,9 @@ def task_url(run_id: str, task_id: str) -> str:
 @pytest.fixture(scope="module", params=HOSTS)
 def deployment(request: pytest.FixtureRequest, deployments: Deployments) -> Deployment:
     if request.param == "none":
-        pytest.skip("neither Airflow 3.2 nor 2.11 selected")
-    if request.param == "none-2.11":
-        pytest.skip(not_selected(["2.11"]))
+        pytest.skip(not_selected(HOSTED))
+    if request.param == "none-2":
+        pytest.skip(not_selected(AIRFLOW2))
     return deployments.get(request.param)
 
 
@@ -159,13 +163,14 @@ def test_a_write_with_the_previous_trys_token_is_fenced_while_the_next_try_runs(
     deployment: Deployment,
 ) -> None:
     """Try 2 of `ts_fence.held` is RUNNING (try 1 failed): a write with a task-instance token
-    for try 1 is refused (409) and writes nothing; try 2's token writes (then releases it)."""
+    for try 1 is refused (409) and writes nothing, to the task's state as to its asset's; try
+    2's token writes (then releases it)."""
     run = deployment.trigger("ts_fence")
     url = f"{V2}/dags/ts_fence/dagRuns/{run}/taskInstances/held/state-store"
     tokens = {
         n: {"Authorization": "Bearer " + deployment.taskstate_token(
             subject=f"try {n}", dag_ids=("ts_fence",), run_id=run, task_id="held", map_index=-1,
-            try_number=n)}
+            try_number=n, assets=("ts_fence_asset",))}
         for n in (1, 2)
     }  # fmt: skip
     with httpx.Client(base_url=deployment.base_url, timeout=60) as http:
@@ -180,6 +185,14 @@ def test_a_write_with_the_previous_trys_token_is_fenced_while_the_next_try_runs(
         assert "this token is for try 1" in stale.json()["detail"], stale.text
         assert "is running try 2" in stale.json()["detail"], stale.text
         assert http.get(f"{url}/k", headers=tokens[2]).status_code == 404  # nothing written
+        # The asset a task-instance token names is fenced the same way.
+        asset = {"name": "ts_fence_asset"}
+        asset_url = f"{V2}/assets/state-store/k"
+        stale = http.put(asset_url, params=asset, json={"value": 1}, headers=tokens[1])
+        assert stale.status_code == 409, stale.text
+        assert http.get(asset_url, params=asset, headers=tokens[2]).status_code == 404
+        wrote = http.put(asset_url, params=asset, json={"value": 2}, headers=tokens[2])
+        assert wrote.status_code == 204, wrote.text
         assert (
             http.put(f"{url}/k", json={"value": "from try 2"}, headers=tokens[2]).status_code == 204
         )
@@ -248,14 +261,20 @@ def test_the_ui_session_writes_exactly_as_on_airflows_own_api(
     deployment: Deployment, run_id: str
 ) -> None:
     """2.x: a write with the session cookie needs the CSRF token (400 without), as Airflow 2's
-    own API. 3.x: Airflow's own API takes a write with only the UI's `_token` cookie (no CSRF
+    own API. 3.1+: Airflow's own API takes a write with only the UI's `_token` cookie (no CSRF
     token exists; the cookie is SameSite=Lax, so other sites' pages cannot send it with a
-    write), and so does the plugin (docs/api.md)."""
+    write), and so does the plugin (docs/api.md). 3.0: its API reads no cookie (its UI sends
+    the token as a header), nor does the plugin there."""
     url = f"{task_url(run_id, 'writer')}/from_the_ui"
     if deployment.major >= 3:  # the UI keeps Airflow's JWT in the `_token` cookie
         token = deployment.credentials("admin")["Authorization"].split(" ", 1)[1]
         with httpx.Client(base_url=deployment.base_url, cookies={"_token": token}) as ui:
             own = ui.post("/api/v2/variables", json={"key": f"ui_{run_id}", "value": "1"})
+            if deployment.version == "3.0":  # its API reads the header only, so does ours
+                assert own.status_code == 401, own.text
+                assert ui.put(url, json={"value": 1}).status_code == 401
+                assert ui.get(url).status_code == 401
+                return
             assert own.status_code == 201, own.text  # Airflow's own route: the cookie suffices
             assert ui.put(url, json={"value": 1}).status_code == 204
             assert ui.get(url).json()["last_updated_by"] == {"kind": "api", "subject": "admin"}
@@ -368,6 +387,117 @@ def test_markers_of_a_task_instance_that_does_not_exist_are_404(
         assert admin.get(f"{missing}/taskstate-meta/k").status_code == 404  # nothing stored
         here = f"{V2}/dags/ts_api/dagRuns/{run_id}/taskInstances/writer/taskstate-meta/k"
         assert admin.put(here, json={"value": 1}).status_code == 204  # an existing one: stored
+
+
+# The permission matrix: each role's operations on task state (a DAG it may see, `ts_api`, and
+# on 2.x a DAG outside a per-DAG role, `ts_fence`), on asset state, and the discovery listings.
+# What each role may do is Airflow's rule for the same resources: 3.x's simple auth manager (DAG
+# writes from `user`, asset writes from `op`), 2.x's FAB roles (task-instance edit/delete from
+# User; Datasets create from User, delete from Op: docs/api.md).
+OPS = ("read", "list", "write", "delete", "clear")
+READS = {"read", "list"}
+ALL = set(OPS)
+MATRIX_3 = {  # role: (task operations, asset operations)
+    "viewer": (READS, READS),
+    "user": (ALL, READS),
+    "op": (ALL, ALL),
+    "admin": (ALL, ALL),
+}
+MATRIX_2 = {
+    "viewer": (READS, READS),
+    "user": (ALL, READS | {"write"}),
+    "op": (ALL, ALL),
+    "admin": (ALL, ALL),
+    "dag_a": (ALL, set()),  # a role with DAG `ts_api` only, and no Datasets permission
+}
+# A FAB role allowed DAG `ts_api` alone (Airflow 2's per-DAG permissions), with what FAB asks
+# for a task instance besides: the Task Instances and DAG Runs permissions for the method.
+DAG_A_ROLE = {
+    "name": "ts_api_only",
+    "actions": [
+        {"action": {"name": action}, "resource": {"name": resource}}
+        for action, resource in [
+            ("can_read", "DAG:ts_api"), ("can_edit", "DAG:ts_api"),
+            *((a, r) for a in ("can_read", "can_edit", "can_delete")
+              for r in ("Task Instances", "DAG Runs")),
+        ]
+    ],
+}  # fmt: skip
+
+
+def _headers(deployment: Deployment, who: str) -> dict[str, str]:
+    if deployment.major >= 3 or who in ("admin", "viewer"):
+        return deployment.credentials(who)
+    if who == "dag_a":
+        with deployment.client("admin") as admin:
+            made = admin.post("/api/v1/roles", json=DAG_A_ROLE)
+        assert made.status_code in (200, 409), made.text  # 409: made by an earlier test
+        return _fab_user(deployment, "dag_a", DAG_A_ROLE["name"])
+    return _fab_user(deployment, who, who.capitalize())
+
+
+def _allowed(http: httpx.Client, base: str, who: str, **params: Any) -> set[str]:
+    """The operations `who` may do on the state at `base` (a task instance's or an asset's,
+    holding the key `kept`): each is done, and is either done (200/204) or refused (403)."""
+    got = {
+        "read": http.get(f"{base}/kept", params=params).status_code,
+        "list": http.get(base, params=params).status_code,
+        "write": http.put(f"{base}/by_{who}", params=params, json={"value": who}).status_code,
+        "delete": http.delete(f"{base}/kept", params=params).status_code,
+    }
+    got["clear"] = http.delete(base, params=params).status_code
+    assert set(got.values()) <= {200, 204, 403}, (who, base, got)
+    return {op for op, status in got.items() if status != 403}
+
+
+def _keys(admin: httpx.Client, base: str, **params: Any) -> set[str]:
+    body = admin.get(base, params=params).json()
+    entries = body.get("task_state_store", body.get("asset_state_store"))
+    return {entry["key"] for entry in entries}
+
+
+def test_every_role_may_do_what_airflow_grants_it_and_nothing_more(
+    deployment: Deployment, run_id: str
+) -> None:
+    matrix = MATRIX_3 if deployment.major >= 3 else MATRIX_2
+    task: tuple[str, dict[str, str]] = (
+        f"{V2}/dags/ts_api/dagRuns/{run_id}/taskInstances/scratch/state-store",
+        {},
+    )
+    asset = (f"{V2}/assets/state-store", {"name": "ts_matrix_asset"})
+    other_dag = f"{V2}/dags/ts_fence/dagRuns/no_such_run/taskInstances/held/state-store"
+    seen: dict[str, tuple[set[str], set[str]]] = {}
+    with deployment.client("admin") as admin:
+        for who in matrix:
+            for base, params in (task, asset):
+                put = admin.put(f"{base}/kept", params=params, json={"value": "kept"})
+                assert put.status_code == 204, put.text
+            headers = _headers(deployment, who)
+            with httpx.Client(base_url=deployment.base_url, headers=headers, timeout=60) as http:
+                seen[who] = (
+                    _allowed(http, task[0], who),
+                    _allowed(http, asset[0], who, **asset[1]),
+                )
+                for (base, params), allowed in zip((task, asset), seen[who], strict=True):
+                    left = _keys(admin, base, **params)  # what a refused write or delete left
+                    assert ("kept" in left) == (not {"delete", "clear"} & allowed), (who, left)
+                    assert (f"by_{who}" in left) == ("write" in allowed and "clear" not in allowed)
+                # Discovery lists what the role may read, and nothing else.
+                admin.put(f"{asset[0]}/kept", params=asset[1], json={"value": "kept"})
+                dags = http.get(f"{V2}/dags")
+                assets = http.get(f"{V2}/assets")
+                assert (dags.status_code, assets.status_code) == (200, 200), assets.text
+                listed = {d["dag_id"] for d in dags.json()["dags"]}
+                named = {a["name"] for a in assets.json()["assets"]}
+                assert ("ts_matrix_asset" in named) == ("read" in seen[who][1]), (who, named)
+                if who == "dag_a":
+                    assert listed == {"ts_api"}, listed
+                    assert _allowed(http, other_dag, who) == set()  # DAG `ts_fence` is not its
+                else:
+                    assert "ts_api" in listed, (who, listed)
+            admin.delete(task[0])
+            admin.delete(asset[0], params=asset[1])
+    assert seen == matrix, f"Airflow {deployment.version}: {seen}"
 
 
 # Airflow 3 has no CSRF check (docs/api.md, 'Cookie-authenticated writes').

@@ -1,19 +1,21 @@
-"""The state pages inside real Airflow, in real Chromium, after a real DAG run wrote state:
-Airflow 3.2's "Task State" tab (an iframe on the task-instance page) and Airflow 2.11's view and
-extra link. Sign in, see the values, edit, delete, clear, each change checked through the
-Python store; a read-only user changes nothing; bad JSON shows the error and writes nothing.
-One deployment per version (tests/airflow/deployment.py), shared with the API tests."""
+"""The state pages inside real Airflow, in real Chromium, after a real DAG run wrote state, on
+every version that hosts them: the "Task State" tab of Airflow 3.1 and 3.2 (an iframe on the
+task-instance page), the page by URL on Airflow 3.0 (signed in through the token Airflow's UI
+keeps in `localStorage`), and the view and extra link of Airflow 2.10 and 2.11. Sign in, see
+the values, edit, delete, clear, each change checked through the Python store; a read-only user
+changes nothing; bad JSON shows the error and writes nothing. One deployment per version
+(tests/airflow/deployment.py), shared with the API tests."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, FrameLocator, Locator, Page, expect
 from tests.airflow.deployment import USERS, Deployment, Deployments
-from tests.airflow.harness import versions
+from tests.airflow.harness import not_selected, versions
 from tests.ui.browser import DESKTOP, launched
 
 from taskstate.scope import TaskScope
@@ -21,7 +23,8 @@ from taskstate.scope import TaskScope
 # The first test may start the deployment (its CLI setup, then up to 240 s) and wait for a run.
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 
-HOSTS = [v for v in ("3.2", "2.11") if v in versions()] or ["none"]
+HOSTED = ("3.2", "2.11", "3.1", "3.0", "2.10")  # as tests/airflow/test_api_plugin.py
+HOSTS = [v for v in HOSTED if v in versions()] or ["none"]
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +36,7 @@ def browser() -> Iterator[Browser]:
 @pytest.fixture(scope="module", params=HOSTS)
 def deployment(request: pytest.FixtureRequest, deployments: Deployments) -> Deployment:
     if request.param == "none":
-        pytest.skip("neither Airflow 3.2 nor 2.11 selected")
+        pytest.skip(not_selected(HOSTED))
     return deployments.get(request.param)
 
 
@@ -60,7 +63,11 @@ def signed_in(browser: Browser, deployment: Deployment, user: str) -> BrowserCon
         page.get_by_label("Password").fill(USERS[user])
         page.get_by_role("button", name=re.compile("sign in|log ?in", re.IGNORECASE)).click()
         page.wait_for_url(lambda url: "/auth/login" not in url)
-        assert any(cookie["name"] == "_token" for cookie in context.cookies())
+        if deployment.version == "3.0":  # its UI moves the `_token` cookie into localStorage
+            page.wait_for_function("() => localStorage.getItem('token')")
+            assert not any(cookie["name"] == "_token" for cookie in context.cookies())
+        else:
+            assert any(cookie["name"] == "_token" for cookie in context.cookies())
     else:  # Flask AppBuilder's sign-in form
         page.goto("/login/")
         page.locator("#username").fill(user)
@@ -74,7 +81,12 @@ def signed_in(browser: Browser, deployment: Deployment, user: str) -> BrowserCon
 def state_view(
     page: Page, deployment: Deployment, run_id: str, task_id: str, map_index: int = -1
 ) -> FrameLocator | Page:
-    """The task instance's state where a user finds it: the tab (3.x) or the extra link (2.x)."""
+    """The task instance's state where a user finds it: the tab (3.1+), the page by URL (3.0,
+    which has no tab: the page reads Airflow's token from localStorage), the extra link (2.x)."""
+    if deployment.version == "3.0":
+        query = {"dag_id": "ts_ui", "run_id": run_id, "task_id": task_id, "map_index": map_index}
+        page.goto(f"/taskstate/ui/?{urlencode(query)}")
+        return page
     if deployment.major >= 3:
         mapped = "" if map_index < 0 else f"/mapped/{map_index}"
         page.goto(f"/dags/ts_ui/runs/{quote(run_id, safe='')}/tasks/{task_id}{mapped}")
@@ -159,8 +171,10 @@ def test_a_read_only_user_sees_state_and_changes_nothing(
         status = page.evaluate(
             """async (url) => {
                 const csrf = document.getElementById("ts-app")?.dataset.csrf || "";
-                const response = await fetch(url, {method: "PUT", body: '{"value": 1}',
-                    headers: {"Content-Type": "application/json", "X-CSRFToken": csrf}});
+                const headers = {"Content-Type": "application/json", "X-CSRFToken": csrf};
+                const token = localStorage.getItem("token");  // Airflow 3.0's UI keeps it here
+                if (token) headers.Authorization = `Bearer ${token}`;
+                const response = await fetch(url, {method: "PUT", body: '{"value": 1}', headers});
                 return response.status;
             }""",
             url,

@@ -1,8 +1,8 @@
 """The HTTP API on Airflow 3's api-server: users authenticate as with Airflow's own API (the
-bearer JWT from `/auth/token`, or the UI's `_token` cookie) and Airflow's auth manager decides:
-task state needs the DAG's task-instance permission for the method, asset state the asset
-permission (asked with the asset's id, as Airflow's own asset routes ask). taskstate tokens are
-accepted too (checked first; they name their audience)."""
+bearer JWT from `/auth/token`, or on 3.1+ the UI's `_token` cookie) and Airflow's auth manager
+decides: task state needs the DAG's task-instance permission for the method, asset state the
+asset permission (asked with the asset's id, as Airflow's own asset routes ask). taskstate
+tokens are accepted too (checked first; they name their audience)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 
 from taskstate.airflow.hosting import airflow_hosting, asset_id
+from taskstate.airflow.versions import installed
 from taskstate.api.app import create_app
 from taskstate.api.auth import Auth, Method, Principal, TokenAuthenticator, Unauthenticated, bearer
 from taskstate.api.tokens import SigningKeys
@@ -72,10 +73,15 @@ class AirflowUser:
         return self._assets[asset, method]
 
 
+def _api_cookie() -> bool:
+    row = installed()
+    return row is not None and row.api_cookie
+
+
 async def airflow_user(request: Request) -> Principal | None:
-    """Airflow's JWT from the Authorization header or the UI cookie, resolved by its auth
-    manager; None without either, so the request ends as a 401."""
-    token = bearer(request) or request.cookies.get(COOKIE)
+    """Airflow's JWT from the Authorization header or (as Airflow's own API, 3.1+) the UI
+    cookie, resolved by its auth manager; None without either, so the request ends as a 401."""
+    token = bearer(request) or (request.cookies.get(COOKIE) if _api_cookie() else None)
     if not token:
         return None
     import jwt

@@ -35,6 +35,9 @@ class Capabilities:
     - `asset_model`: the metadata model an asset id names (`DatasetModel` on 2.x).
     - `sdk`: `airflow.sdk` exists (3.0+), where provider operators import their mixin from.
     - `native_store`: Airflow ships its own task/asset state store (AIP-103, 3.3+).
+    - `api_cookie`: Airflow's own API authenticates a request by the UI's `_token` cookie too
+      (3.1+); 3.0's takes only the Authorization header (its UI moves the cookie into
+      localStorage and sends the header).
     - The cluster policy (`airflow.policy` entry point, `task_policy`) is the same on every row;
       what it installs follows `native_store` (see `native_store_active`).
     """
@@ -47,6 +50,7 @@ class Capabilities:
     asset_model: Literal["dataset", "asset"]
     sdk: bool
     native_store: bool
+    api_cookie: bool
 
     @property
     def provider_mixin(self) -> Literal["none", "taskstate", "airflow"]:
@@ -70,19 +74,19 @@ _BASE = _DESTINATIONS_31 | {"base"}
 # fmt: off
 RELEASES: tuple[Capabilities, ...] = (
     #            release  api_plugin          ui                ui_destinations   auth
-    #            asset_model sdk  native_store
+    #            asset_model sdk  native_store api_cookie
     Capabilities((2, 10), "flask_blueprints", "appbuilder",     _NONE,            "fab_session",
-                 "dataset",  False, False),
+                 "dataset",  False, False, False),
     Capabilities((2, 11), "flask_blueprints", "appbuilder",     _NONE,            "fab_session",
-                 "dataset",  False, False),
+                 "dataset",  False, False, False),
     Capabilities((3, 0),  "fastapi_apps",     "url_only",       _NONE,            "auth_manager",
-                 "asset",    True,  False),
+                 "asset",    True,  False, False),
     Capabilities((3, 1),  "fastapi_apps",     "external_views", _DESTINATIONS_31, "auth_manager",
-                 "asset",    True,  False),
+                 "asset",    True,  False, True),
     Capabilities((3, 2),  "fastapi_apps",     "external_views", _BASE,            "auth_manager",
-                 "asset",    True,  False),
+                 "asset",    True,  False, True),
     Capabilities((3, 3),  "fastapi_apps",     "external_views", _BASE,            "auth_manager",
-                 "asset",    True,  True),
+                 "asset",    True,  True, True),
 )
 # fmt: on
 

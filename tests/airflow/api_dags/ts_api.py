@@ -1,5 +1,6 @@
 """The HTTP API's DAG: `writer` writes task and asset state that the test reads over HTTP;
-`reader` waits for a key the test writes over HTTP, then records what it saw."""
+`reader` waits for a key the test writes over HTTP, then records what it saw; `scratch` is a
+task instance whose state the permission matrix writes, deletes and clears."""
 
 from __future__ import annotations
 
@@ -34,7 +35,12 @@ def ts_api():
             time.sleep(0.5)
         task_state_store.set("seen", value)
 
+    @task
+    def scratch():
+        pass
+
     writer() >> reader()
+    scratch()
 
 
 ts_api()

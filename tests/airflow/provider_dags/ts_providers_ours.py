@@ -11,8 +11,9 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
 
 The fault is a SIGKILL of the task process under a scheduler, an exception under `dags test`:
 TS_PROVIDER_FAULT = kill | raise | none. DAGs: `ts_providers_ours` (every operator at every
-point), `ts_providers_ours_kills` (the three kill points) and `ts_providers_ours_window` (every
-operator at `in_window`); with TS_PROVIDERS_UPSTREAM set, a fourth, `ts_providers_upstream`,
+point), `ts_providers_ours_kills` (the three kill points), `ts_providers_ours_window` (every
+operator at `in_window`) and `ts_providers_ours_window_pair` (ECS and Airbyte at `in_window`);
+with TS_PROVIDERS_UPSTREAM set, another, `ts_providers_upstream`,
 runs the providers' own classes with the same faults. Where the services are: the run's conf,
 else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`, `ca`, `out`), applied
 to the task process's environment (connections, the fake's CA bundle) before the operator runs.
@@ -323,6 +324,9 @@ def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any]) -> None:
 _dag("ts_providers_ours", ALL_TASKS, OURS)
 _dag("ts_providers_ours_kills", [f"{op}_{p}" for op in OPERATORS for p in KILLS], OURS)
 _dag("ts_providers_ours_window", [f"{op}_in_window" for op in OPERATORS], OURS)
+# Two operators inside the window, one of each of Airflow 2.10's older provider releases that
+# differ most (amazon 9.17.0's ECS, airbyte 5.2.5): a sequential executor runs one try at a time.
+_dag("ts_providers_ours_window_pair", ["ecs_in_window", "airbyte_in_window"], OURS)
 if os.environ.get("TS_PROVIDERS_UPSTREAM"):  # the bench's baseline: the providers' own classes
     _dag(
         "ts_providers_upstream",
