@@ -40,7 +40,7 @@ from tests.postgres_server import PostgresServer, apt_install, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DAG = "fleet"
-RUN = "run"
+RUN = "run"  # the probes' run; each driven run has its own (`RunReport.run`)
 SHARED = "shared"  # the task instance holding the counter and the leases
 COUNTER = "counter"
 CURSOR = "last_cursor"
@@ -272,6 +272,7 @@ class Fleet:
         self.replica_count = replicas
         self.serve_workers = serve_workers
         self.replicas: list[Replica] = []
+        self.active: list[Replica] = []  # those the balancer sends requests to
         self.haproxy: HAProxy | None = None
 
     @property
@@ -299,7 +300,19 @@ class Fleet:
             replica.start()
         self.haproxy = HAProxy(self.replicas, self.root)
         self.haproxy.start()
+        self.active = list(self.replicas)
         return self
+
+    def use(self, count: int) -> None:
+        """The balancer sends requests to the first `count` replicas only (the others stay
+        up, in maintenance): one fleet measured with 1, 2 and 3 replicas."""
+        assert self.haproxy is not None
+        for n, replica in enumerate(self.replicas):
+            if n < count:
+                self.haproxy.ready(replica)
+            elif replica in self.active:
+                self.haproxy.drain(replica)
+        self.active = self.replicas[:count]
 
     def token(self, key: str) -> str:
         """A pool token for the fleet's DAG, signed with `key`."""
@@ -342,6 +355,7 @@ class WorkerSpec:
     file `stop` exists (the driver's signal that its faults are done)."""
 
     worker_id: str
+    run: str  # the Airflow-like run id every worker of one drive shares
     url: str
     token_file: Path
     out: Path
@@ -389,10 +403,16 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
     from taskstate.errors import OutcomeUnknownError, TaskStateError
 
     token_text = spec.token_file.read_text().strip()
-    backend = HttpBackend(spec.url, token=token_text, timeout=TIMEOUT, retry_window=RETRY_WINDOW)
-    store = StateStore(backend=backend)
-    mine = store.task_state(TaskScope(DAG, RUN, spec.worker_id))
-    shared = store.task_state(TaskScope(DAG, RUN, SHARED))
+    if spec.url.startswith("postgresql"):  # a worker with database access (through PgBouncer)
+        backend = None
+        store = StateStore(spec.url)
+    else:
+        backend = HttpBackend(
+            spec.url, token=token_text, timeout=TIMEOUT, retry_window=RETRY_WINDOW
+        )
+        store = StateStore(backend=backend)
+    mine = store.task_state(TaskScope(DAG, spec.run, spec.worker_id))
+    shared = store.task_state(TaskScope(DAG, spec.run, SHARED))
     result = WorkerResult(spec.worker_id)
     token_seen = spec.token_file.stat().st_mtime_ns
     deadline = time.monotonic() + spec.seconds if spec.seconds else None
@@ -421,7 +441,8 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
         seen = spec.token_file.stat().st_mtime_ns
         if seen != token_seen:
             token_seen = seen
-            backend.use_token(spec.token_file.read_text().strip())
+            if backend is not None:
+                backend.use_token(spec.token_file.read_text().strip())
             (spec.out.parent / f"{spec.worker_id}.token").write_text(str(seen))
         record = i + 1
         try:
@@ -492,8 +513,11 @@ class Injector:
     """Injects faults into a running fleet, one at a time, and times each one's recovery (the
     first write through the balancer that succeeds after the part is back)."""
 
-    def __init__(self, fleet: Fleet, token_file: Path, status_dir: Path, workers: list[str]):
+    def __init__(
+        self, fleet: Fleet, token_file: Path, status_dir: Path, workers: list[str], url: str
+    ) -> None:
         self.fleet = fleet
+        self.url = url  # what the workers use: the balancer, or PgBouncer
         self.token_file = token_file
         self.status_dir = status_dir
         self.workers = workers
@@ -508,13 +532,19 @@ class Injector:
         return fault
 
     def _probe_write(self) -> float:
-        """When a write through the balancer (an admin token) first succeeds."""
+        """When a write the way the workers go (no retries of its own) first succeeds."""
         from taskstate import StateStore, TaskScope
+        from taskstate.backends.base import StateBackend
         from taskstate.backends.http import HttpBackend
+        from taskstate.backends.postgres import PostgresBackend
         from taskstate.errors import TaskStateError
 
-        token = self.fleet.token(self._signing_key())
-        backend = HttpBackend(self.fleet.url, token=token, timeout=2, retry_window=0)
+        backend: StateBackend
+        if self.url.startswith("postgresql"):
+            backend = PostgresBackend(self.url, retry_window_s=0, connect_timeout_s=2)
+        else:
+            token = self.fleet.token(self._signing_key())
+            backend = HttpBackend(self.url, token=token, timeout=2, retry_window=0)
         probe = StateStore(backend=backend).task_state(TaskScope(DAG, RUN, "probe"))
         try:
             deadline = time.monotonic() + 120
@@ -532,7 +562,7 @@ class Injector:
         return self.fleet.replicas[0].keys.split(",")[0]
 
     def _replica(self) -> Replica:
-        return random.choice(self.fleet.replicas)
+        return random.choice(self.fleet.active)
 
     def kill_replica(self, fault: Fault) -> None:
         replica = self._replica()
@@ -583,10 +613,13 @@ class Injector:
         given requests again."""
         assert self.fleet.haproxy is not None
         for replica in self.fleet.replicas:
-            self.fleet.haproxy.drain(replica)
+            active = replica in self.fleet.active
+            if active:
+                self.fleet.haproxy.drain(replica)
             replica.stop()
             replica.start(keys)
-            self.fleet.haproxy.ready(replica)
+            if active:
+                self.fleet.haproxy.ready(replica)
 
     def _took(self, worker: str, mtime: str) -> bool:
         path = self.status_dir / f"{worker}.token"
@@ -599,6 +632,7 @@ class Injector:
 
 @dataclass
 class RunReport:
+    run: str
     workers: list[WorkerResult]
     faults: list[Fault]
     ryw: dict[str, int]  # read-your-writes across replicas: probes and violations
@@ -621,13 +655,14 @@ def drive(
     """Start `workers` worker processes against `url` (the balancer), inject `faults` (in order,
     at random points while they run), wait for them; their results and the faults. With
     neither `records` nor `seconds`, the workers stop `settle` seconds after the last fault."""
-    out = fleet.root / f"run-{time.time_ns()}"
+    run = f"run-{time.time_ns()}"
+    out = fleet.root / run
     out.mkdir()
     token_file = out / "token"
     token_file.write_text(fleet.token(fleet.replicas[0].keys.split(",")[0]))
     names = [f"w{n:03d}" for n in range(workers)]
     specs = [
-        WorkerSpec(name, url or fleet.url, token_file, out / f"{name}.json", records, seconds,
+        WorkerSpec(name, run, url or fleet.url, token_file, out / f"{name}.json", records, seconds,
                    round_size, rate)
         for name in names
     ]  # fmt: skip
@@ -638,7 +673,7 @@ def drive(
             procs.append(
                 subprocess.Popen(s.argv(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
             )
-    injector = Injector(fleet, token_file, out, names)
+    injector = Injector(fleet, token_file, out, names, url or fleet.url)
     ryw = {"probes": 0, "violations": 0}
     stop = threading.Event()
     prober = threading.Thread(target=_read_your_writes, args=(fleet, ryw, stop), daemon=True)
@@ -667,7 +702,7 @@ def drive(
             err = (out / f"{s.worker_id}.err").read_text()[-2000:]
             raise RuntimeError(f"worker {s.worker_id} left no result: {err}")
         results.append(WorkerResult(**json.loads(s.out.read_text())))
-    return RunReport(results, injector.faults, ryw, started, time.time())
+    return RunReport(run, results, injector.faults, ryw, started, time.time())
 
 
 def _read_your_writes(fleet: Fleet, counts: dict[str, int], stop: threading.Event) -> None:
@@ -679,7 +714,7 @@ def _read_your_writes(fleet: Fleet, counts: dict[str, int], stop: threading.Even
 
     n = 0
     while not stop.is_set():
-        replicas = list(fleet.replicas)
+        replicas = list(fleet.active)
         a, b = random.sample(replicas, 2) if len(replicas) > 1 else (replicas[0], replicas[0])
         token = fleet.token(a.keys.split(",")[0])
         stores = [
@@ -715,9 +750,10 @@ def check(fleet: Fleet, report: RunReport) -> list[str]:
 
     problems: list[str] = []
     with StateStore(fleet.postgres.url) as store:
-        shared = store.task_state(TaskScope(DAG, RUN, SHARED))
+        shared = store.task_state(TaskScope(DAG, report.run, SHARED))
         for w in report.workers:
-            cursor = store.task_state(TaskScope(DAG, RUN, w.worker_id)).get(CURSOR, default=0)
+            mine = store.task_state(TaskScope(DAG, report.run, w.worker_id))
+            cursor = mine.get(CURSOR, default=0)
             if cursor != w.records:
                 problems.append(
                     f"{w.worker_id}: cursor {cursor} in PostgreSQL, {w.records} acknowledged"

@@ -38,10 +38,10 @@ def test_a_fleet_loses_and_doubles_nothing_through_one_fault_of_each_kind() -> N
 
         # The checker sees what it claims to: an increment applied twice, a lost cursor write.
         with StateStore(fleet.postgres.url) as store:
-            shared = store.task_state(TaskScope("fleet", "run", "shared"))
+            shared = store.task_state(TaskScope("fleet", report.run, "shared"))
             most = sum(w.updates + w.unknown_updates for w in report.workers)
             shared.set("counter", most + 1)
-            store.task_state(TaskScope("fleet", "run", "w003")).set("last_cursor", 1)
+            store.task_state(TaskScope("fleet", report.run, "w003")).set("last_cursor", 1)
         found = check(fleet, report)
         assert any("applied twice" in p for p in found), found
         assert any(p.startswith("w003: cursor 1 in PostgreSQL") for p in found), found
