@@ -203,11 +203,24 @@ class _Remote(_Accessor):
         fields = self._expiry_fields(retention)
         base = uuid.uuid4().hex
         results: dict[str, T] = {}
+        # The version a write whose answer was lost was conditioned on ("" = absent). Until
+        # the key leaves that version, the lost write has not landed (it may still: then it
+        # is the only one of ours that can, as every later attempt is conditioned on it too).
+        # Once it has left it without our write id, ours may have landed and been overwritten
+        # since: nothing can tell, so it is not applied again.
+        lost: str | None = None
         for attempt in range(ATTEMPTS):
             current = self.entry(key)
             mine = _write_id(current)
             if mine in results:  # a write whose answer was lost did land
                 return results[mine]
+            if lost is not None and (current.etag if current is not None else "") != lost:
+                raise OutcomeUnknownError(
+                    f"the taskstate server at {self._http.host}: a write to {key!r} in "
+                    f"{self.scope} was sent and its answer lost, and another writer changed "
+                    "the key before it could be read back, so whether it landed is unknown. "
+                    "It was not applied again: read the key to see"
+                )
             text, result = decide(current is not None, None if current is None else current.value)
             if text is None:
                 return result
@@ -226,6 +239,8 @@ class _Remote(_Accessor):
                     self.hook.retried()
                 time.sleep(random.random() * min(0.002 * (attempt + 1), 0.05))
             except OutcomeUnknownError:
+                if lost is None:
+                    lost = current.etag if current is not None else ""
                 continue  # the next read says whether it landed
         raise BackendError(
             f"the taskstate server at {self._http.host}: key {key!r} changed under "

@@ -541,6 +541,57 @@ def test_a_lost_answer_to_an_update_does_not_apply_it_twice(served: Server) -> N
         httpd.shutdown()
 
 
+class _LoseOneAnswerThenOverwrite(_LoseOneAnswer):
+    """As `_LoseOneAnswer`, and before the client can read the key back another writer
+    changes it (a busy shared counter: its row never keeps the lost write's id for long)."""
+
+    def _forward(self) -> None:
+        lost = self.command == "PUT" and "X-Taskstate-Write-Id" in self.headers and not self.dropped
+        super()._forward()
+        if lost:  # the update landed; now someone else's lands on top of it
+            headers = {"Authorization": self.headers["Authorization"]}
+            got = httpx.get(self.target + self.path, headers=headers)
+            value = got.json()["value"] + 100
+            httpx.put(self.target + self.path, json={"value": value}, headers=headers)
+
+    do_GET = do_PUT = do_DELETE = _forward
+
+
+def test_a_lost_answer_overwritten_before_the_read_back_is_unknown_not_applied_again(
+    served: Server,
+) -> None:
+    """The key no longer shows whether the lost write landed: `fn` is not applied a second
+    time (that would count one increment twice); the caller is told the outcome is unknown."""
+    _LoseOneAnswerThenOverwrite.target = served.url.rsplit("/taskstate", 1)[0]
+    _LoseOneAnswerThenOverwrite.dropped = 0
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LoseOneAnswerThenOverwrite)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        state = _store(f"http://127.0.0.1:{httpd.server_port}/taskstate").task_state(T)
+        state.set("n", 1)
+        with pytest.raises(OutcomeUnknownError, match="not applied again"):
+            state.update("n", lambda v: v + 1)
+        assert _LoseOneAnswerThenOverwrite.dropped == 1
+        assert state.get("n") == 102  # 1, our increment once, the other writer's +100
+    finally:
+        httpd.shutdown()
+
+
+@pytest.mark.parametrize("status", [502, 504])
+def test_a_proxys_502_or_504_to_a_write_is_an_unknown_outcome(fake: str, status: int) -> None:
+    """A balancer answers 502/504 when the server it handed the write to failed or was slow:
+    the write may have been applied, so it is neither sent again nor reported as 'not
+    applied' (BackendUnavailableError alone); a read is retried as before."""
+    _Fake.answers = [(status, "text/html", b"<html>bad gateway</html>", {})]
+    client = HttpBackend(fake, token="t", retry_window=0.5).http
+    with pytest.raises(OutcomeUnknownError, match=f"HTTP {status}"):
+        client.send(CONDITIONAL)
+    assert [method for method, _, _ in _Fake.seen] == ["PUT"]
+    with pytest.raises(BackendUnavailableError, match="after retrying") as raised:
+        client.send(Request("GET", "/x"))
+    assert not isinstance(raised.value, OutcomeUnknownError)
+
+
 def test_pool_token_from_the_settings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = Server(tmp_path, {"AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY": SECRET})
     try:

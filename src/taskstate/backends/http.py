@@ -11,7 +11,8 @@ store-level operations that have a route:
   not this API's (an SSO page's 200 `text/html`) is a `ConfigError` naming the URL — never
   success. One retry rule (`Retry`): transient failures only (connection refused or reset,
   408/429/502/503/504), idempotent requests only, within a bounded window; a name that does
-  not resolve and a TLS error are not transient.
+  not resolve and a TLS error are not transient. A write whose answer was lost (a timeout, a
+  reset, a proxy's 502/504) is `OutcomeUnknownError`, never sent again here.
 - `HttpBackend`: what `StateStore` needs beyond the accessors. Listing (`scan`, so `entries`
   and `scopes`) walks the discovery routes; `clear`/`clear_prefix` (`clear_task`) are the
   DELETE routes; `schema_status` asks `/health`. Operations that only make sense where the
@@ -402,8 +403,15 @@ class Retry:
     def after_status(self, response: Response, idempotent: bool) -> float | None:
         """Seconds to wait before sending again after `response`'s status, or None to take
         the answer. A 503 means the write was certainly not applied, so even a conditional
-        one is sent again."""
+        one is sent again. A 502 or 504 comes from a proxy (the taskstate server answers
+        neither) that may have handed the write to a server before it failed: its outcome is
+        unknown, like a lost answer's."""
         status = response.status_code
+        if not idempotent and status in (502, 504):
+            raise OutcomeUnknownError(
+                f"a proxy in front of the taskstate server at {self.host} answered a write "
+                f"with HTTP {status}; it may or may not have been applied"
+            )
         if status not in TRANSIENT or (not idempotent and status != 503):
             return None
         what = f"HTTP {status}"
