@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from taskstate.airflow import serving, versions
+from taskstate.airflow import hosting, versions
 
 
 @pytest.fixture(autouse=True)
@@ -35,4 +35,4 @@ def test_api_served(
     monkeypatch.setenv("AIRFLOW_HOME", "/nonexistent")
     if mode is not None:
         monkeypatch.setenv("AIRFLOW__STATE_STORE__TASKSTATE_MODE", mode)
-    assert serving.api_served() is served
+    assert hosting.api_served() is served
