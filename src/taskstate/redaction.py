@@ -24,6 +24,7 @@ _QUERY_PARAM = re.compile(r"([?&;])([^=&;#]*)=([^&;#]*)")
 
 
 def is_secret_name(name: str) -> bool:
+    """Whether an option or query-parameter name looks like it holds a credential."""
     return bool(_SECRET_NAME.search(name))
 
 
@@ -67,6 +68,7 @@ def redact_command(command: str) -> str:
 
 
 def command_secrets(command: str) -> list[str]:
+    """The credentials in the URLs of a `_cmd` command line, for masking in its errors."""
     return [secret for word in command.split() for secret in url_secrets(word)]
 
 
@@ -88,6 +90,8 @@ def redact_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def redact_value(value: Any) -> Any:
+    """A value as it may be shown: URLs without their credentials, mappings with their
+    credential-named entries masked (`redact_options`), lists and tuples item by item."""
     if isinstance(value, str):
         return redact_url(value)
     if isinstance(value, Mapping):

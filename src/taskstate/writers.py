@@ -84,4 +84,5 @@ def describe(writer: Writer | None) -> str:
 
 
 def writer_text(writer: Writer | None) -> str | None:
+    """A writer as stored: compact JSON with sorted keys (None: unknown writer)."""
     return None if writer is None else json.dumps(writer, separators=(",", ":"), sort_keys=True)

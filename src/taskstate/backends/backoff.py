@@ -20,6 +20,8 @@ class Backoff:
         self._deadline: float | None = None
 
     def pause(self) -> bool:
+        """Sleep before the next attempt (doubling from `first_s` up to `cap_s`) and return
+        True, or return False without sleeping when that would end past the window."""
         self.attempts += 1
         now = time.monotonic()
         if self._deadline is None:

@@ -64,6 +64,8 @@ class OffloadBackend(WorkerStateBackend, ObjectFiles):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> OffloadBackend:
+        """The offload backend the `taskstate_offload_*` options describe; ConfigError when
+        `taskstate_offload_url` is not set."""
         if not settings.offload_url:
             raise ConfigError(
                 "[workers] state_store_backend is OffloadBackend but [state_store] "
@@ -83,6 +85,8 @@ class OffloadBackend(WorkerStateBackend, ObjectFiles):
     # -- the worker-backend contract --------------------------------------------------------
 
     def serialize_to_ref(self, namespace: str, key: str, value: str) -> str:
+        """Put a value's JSON text in object storage as a new object; its reference (the row
+        stores it). BackendError when the write fails."""
         data = value.encode("utf-8")
         ref = f"{digest(namespace)}/{digest(key)}/{digest(data)}-{uuid.uuid4().hex[:16]}"
         try:
@@ -92,6 +96,8 @@ class OffloadBackend(WorkerStateBackend, ObjectFiles):
         return ref
 
     def deserialize_from_ref(self, ref: str) -> str:
+        """The JSON text an object holds; OffloadedValueMissingError when it is gone,
+        BackendError when unreadable."""
         if not _REF.fullmatch(ref):
             raise BackendError(f"not a taskstate offload reference: {ref!r}")
         try:
@@ -105,6 +111,8 @@ class OffloadBackend(WorkerStateBackend, ObjectFiles):
             raise BackendError(f"cannot read the offloaded value from {self.url}: {exc}") from exc
 
     def discard(self, refs: list[str]) -> None:
+        """Remove these objects (references not of this backend's shape are skipped; missing
+        objects are no error)."""
         self._remove_paths([f"{self.root}/{ref}" for ref in refs if _REF.fullmatch(ref)])
 
     def committed(self, namespace: str, key: str, ref: str) -> None:

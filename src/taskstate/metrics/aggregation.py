@@ -53,6 +53,8 @@ class Metrics:
 
     @property
     def enabled(self) -> bool:
+        """Whether any sink is configured (off: nothing is recorded, the accessors are the plain
+        classes)."""
         return bool(self.sinks)
 
     @classmethod
@@ -107,12 +109,14 @@ class Metrics:
             return found
 
     def count(self, name: str, value: float = 1, tags: Tags = ()) -> None:
+        """Add `value` to a declared counter until the next flush."""
         if self.sinks:
             slot = self.slot(name, tags, COUNTER)
             slot[0] += 1
             slot[1] += value
 
     def gauge(self, name: str, value: float, tags: Tags = ()) -> None:
+        """Set a declared gauge; the last value before a flush is sent."""
         if self.sinks:
             slot = self.slot(name, tags, GAUGE)
             slot[1] = value
@@ -131,6 +135,8 @@ class Metrics:
             self.timing(name, perf_counter() - start, tags)
 
     def timing(self, name: str, seconds: float, tags: Tags = ()) -> None:
+        """Add one call of `seconds` to a declared timer (sent as the interval's mean, `.calls`
+        and `.total_ms`)."""
         if self.sinks:
             slot = self.slot(name, tags, TIMER)
             slot[1] += seconds
@@ -221,6 +227,8 @@ class Metrics:
         return cast("type[A]", made)
 
     def cleanup_done(self, result: CleanupResult) -> None:
+        """Count what one `StateStore.cleanup` did: rows deleted, batches, orphan objects
+        removed, and its longest batch."""
         if not self.sinks:
             return
         self.count("taskstate.cleanup.rows_deleted", result.deleted)
@@ -265,6 +273,7 @@ class OpMeter:
         )
 
     def error(self, op: str, exc: BaseException) -> None:
+        """Count a call of `op` that raised, and the error by class."""
         self.metrics.count(f"taskstate.{self.kind}.{op}.errors", 1, self.tags)
         self.metrics.count(
             f"taskstate.errors.{_error_name(exc)}",

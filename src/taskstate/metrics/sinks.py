@@ -64,7 +64,10 @@ class Sample:
 
 
 class Sink(Protocol):
-    def send(self, samples: list[Sample]) -> None: ...
+    """Where samples go: each sink sends a flush interval's samples its way."""
+
+    def send(self, samples: list[Sample]) -> None:
+        """Send one flush interval's samples."""
 
 
 class AirflowSink:
@@ -74,6 +77,7 @@ class AirflowSink:
         self._stats = stats
 
     def send(self, samples: list[Sample]) -> None:
+        """Each sample through Airflow's `Stats` (a timer as its mean, `.calls`, `.total_ms`)."""
         stats = self._stats
         for s in samples:
             tags = dict(s.tags)
@@ -110,6 +114,7 @@ class StatsdSink:
         return name + "".join(f",{k}={v}" for k, v in tags)
 
     def send(self, samples: list[Sample]) -> None:
+        """The allowed samples in one UDP pipeline (a timer as its mean, `.calls`, `.total_ms`)."""
         with self._client.pipeline() as pipe:
             for s in samples:
                 if not self._settings.allows(s.name):
@@ -149,6 +154,7 @@ class OtelSink:
         return found
 
     def send(self, samples: list[Sample]) -> None:
+        """The allowed samples to the OpenTelemetry meter's instruments."""
         for s in samples:
             if not self._settings.allows(s.name):
                 continue
@@ -173,6 +179,7 @@ class PrometheusSink:
         self._kinds: dict[str, str] = {}
 
     def send(self, samples: list[Sample]) -> None:
+        """Add the samples to the totals `render` shows (cumulative, as Prometheus expects)."""
         with self._lock:
             for s in samples:
                 self._kinds[s.name] = s.kind
@@ -184,6 +191,7 @@ class PrometheusSink:
                     slot[1] += s.total
 
     def render(self) -> str:
+        """The totals since the process started, as Prometheus text format 0.0.4."""
         lines: list[str] = []
         with self._lock:
             by_name: dict[str, list[tuple[Tags, list[float]]]] = {}
