@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import shutil
-import signal
 import sqlite3
 import subprocess
 import time
@@ -24,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.airflow.demo import Airflow, free_port
-from tests.airflow.harness import copy_migrated_db
+from tests.airflow.harness import copy_migrated_db, stop_group
 from tests.redis_server import running_redis
 
 CELERY_DAGS = Path(__file__).resolve().parent / "celery_dags"
@@ -76,12 +74,7 @@ class CeleryDeployment:
         try:
             yield Worker(home)
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
             log.close()
 
     def trigger(self, dag_id: str) -> str:

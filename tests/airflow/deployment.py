@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -32,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.airflow.harness import AirflowHome
+from tests.airflow.harness import AirflowHome, stop_group
 
 API_DAGS = Path(__file__).resolve().parent / "api_dags"
 SECRET_KEY = "deployment-taskstate-secret-0123456789abcdef"
@@ -139,12 +137,7 @@ class Deployment:
         try:
             yield proc
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
             log.close()
 
     def _wait_until_up(self, timeout: float = 240) -> None:
