@@ -62,6 +62,10 @@ class Deployment:
             # CPU the lane's tests need. `dags reserialize` serialises them before the start,
             # and again for a file a test adds later.
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "30",
+            # A task process imports its DAG file within this (30 s by default): the provider
+            # DAG's imports (boto, the providers) took longer at a load of 50, and the try
+            # failed with "DagBag import timeout".
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
             # Its own log-server ports: 8793/8794 are taken by whichever deployment (this
             # session's other lane, another checkout's) started first ("Errno 98").
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
