@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 VERSION = "3.2"
@@ -154,24 +155,29 @@ class Airflow:
     def task_tries(self) -> list[tuple[str, int]]:
         """(state, try_number) of every instance of the ETL task, from the metadata DB."""
         query = "SELECT state, try_number FROM task_instance WHERE dag_id = ? AND task_id = ?"
+        return [(str(state), int(tries)) for state, tries in self.query(query, DAG_ID, TASK_ID)]
+
+    def query(self, sql: str, *params: str) -> list[list[Any]]:
+        """Rows of a query (`?` placeholders) on the metadata DB: the SQLite file directly, a
+        server database through the Airflow env's own driver (never an Airflow process)."""
         conn = self.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")
         if not conn or conn.startswith("sqlite"):
             with sqlite3.connect(self.home / "airflow.db", timeout=30) as db:
-                rows = db.execute(query, (DAG_ID, TASK_ID)).fetchall()
-        else:  # a server database: ask it with the Airflow env's own driver
-            script = (
-                "import json, sys, sqlalchemy as sa\n"
-                "with sa.create_engine(sys.argv[1]).connect() as c:\n"
-                "    q = sa.text(sys.argv[2].replace('?', ':d', 1).replace('?', ':t', 1))\n"
-                "    rows = c.execute(q, {'d': sys.argv[3], 't': sys.argv[4]}).fetchall()\n"
-                "print(json.dumps([list(r) for r in rows]))"
-            )
-            out = subprocess.run(
-                [str(self.env / "bin" / "python"), "-c", script, conn, query, DAG_ID, TASK_ID],
-                check=True, capture_output=True, text=True,
-            ).stdout  # fmt: skip
-            rows = json.loads(out)
-        return [(str(state), int(tries)) for state, tries in rows]
+                return [list(row) for row in db.execute(sql, params).fetchall()]
+        script = (
+            "import json, re, sys, sqlalchemy as sa\n"
+            "names = iter(range(len(sys.argv)))\n"
+            "q = sa.text(re.sub(r'\\?', lambda _: f':p{next(names)}', sys.argv[1]))\n"
+            "with sa.create_engine(sys.argv[2]).connect() as c:\n"
+            "    rows = c.execute(q, {f'p{i}': v for i, v in enumerate(sys.argv[3:])})\n"
+            "    print(json.dumps([list(r) for r in rows.fetchall()], default=str))"
+        )
+        out = subprocess.run(
+            [str(self.env / "bin" / "python"), "-c", script, sql, conn, *params],
+            check=True, capture_output=True, text=True,
+        ).stdout  # fmt: skip
+        rows: list[list[Any]] = json.loads(out)
+        return rows
 
     def wait_for(self, state: str, try_number: int, timeout: float = 420) -> None:
         deadline = time.monotonic() + timeout

@@ -11,10 +11,7 @@ from __future__ import annotations
 
 import collections
 import json
-import os
 import shutil
-import signal
-import sqlite3
 import subprocess
 import time
 import uuid
@@ -24,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.airflow.demo import Airflow, free_port
-from tests.airflow.harness import copy_migrated_db
+from tests.airflow.harness import copy_migrated_db, stop_group
 from tests.redis_server import running_redis
 
 CELERY_DAGS = Path(__file__).resolve().parent / "celery_dags"
@@ -76,12 +73,7 @@ class CeleryDeployment:
         try:
             yield Worker(home)
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
             log.close()
 
     def trigger(self, dag_id: str) -> str:
@@ -93,18 +85,10 @@ class CeleryDeployment:
         return run_id
 
     def run_state(self, dag_id: str, run_id: str) -> str | None:
-        conn = self.airflow.environ.get("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", "")
-        if not conn or conn.startswith("sqlite"):  # read the file: no Airflow process per poll
-            query = "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?"
-            with sqlite3.connect(self.airflow.home / "airflow.db", timeout=30) as db:
-                row = db.execute(query, (dag_id, run_id)).fetchone()
-            return None if row is None else str(row[0])
-        listing = ["dags", "list-runs", *(["-d"] if self.airflow.major < 3 else []), dag_id]
-        out = self.airflow.run(*listing, "-o", "json")
-        # Airflow 2 may print log lines (which start with "[2026-...") before the JSON.
-        (json_line,) = [line for line in out.splitlines() if line.startswith(("[{", "[]"))]
-        states = {run["run_id"]: run["state"] for run in json.loads(json_line)}
-        return states.get(run_id)
+        """The run's state, read from the metadata DB (no Airflow process per poll)."""
+        query = "SELECT state FROM dag_run WHERE dag_id = ? AND run_id = ?"
+        rows = self.airflow.query(query, dag_id, run_id)
+        return str(rows[0][0]) if rows else None
 
     def wait_for_run(self, dag_id: str, run_id: str, timeout: float = 420) -> str:
         """Wait until the run finishes; returns its state."""

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import signal
 import socket
 import subprocess
 import time
@@ -32,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.airflow.harness import AirflowHome
+from tests.airflow.harness import AirflowHome, stop_group
 
 API_DAGS = Path(__file__).resolve().parent / "api_dags"
 SECRET_KEY = "deployment-taskstate-secret-0123456789abcdef"
@@ -64,6 +62,10 @@ class Deployment:
             # CPU the lane's tests need. `dags reserialize` serialises them before the start,
             # and again for a file a test adds later.
             "AIRFLOW__SCHEDULER__MIN_FILE_PROCESS_INTERVAL": "30",
+            # A task process imports its DAG file within this (30 s by default): the provider
+            # DAG's imports (boto, the providers) took longer at a load of 50, and the try
+            # failed with "DagBag import timeout".
+            "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "300",
             # Its own log-server ports: 8793/8794 are taken by whichever deployment (this
             # session's other lane, another checkout's) started first ("Errno 98").
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
@@ -139,12 +141,7 @@ class Deployment:
         try:
             yield proc
         finally:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            stop_group(proc)
             log.close()
 
     def _wait_until_up(self, timeout: float = 240) -> None:

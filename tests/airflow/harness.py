@@ -8,6 +8,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -89,6 +90,17 @@ def migrated_db(version: str) -> Path:
         )  # fmt: skip
         _MIGRATED[version] = root / "airflow.db"
     return _MIGRATED[version]
+
+
+def stop_group(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM an Airflow service started in its own session (and its children), SIGKILL
+    after 30 s."""
+    os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
 
 
 def copy_migrated_db(version: str, home: Path) -> None:

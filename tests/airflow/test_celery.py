@@ -19,8 +19,9 @@ from taskstate.errors import StaleTryError
 from taskstate.scope import task_prefix
 from taskstate.settings import Settings
 
-# Each test's own waits: the api-server 180 s, two runs of 420 s, stopping 60 s (and migrating).
-pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
+# Each test's own waits: migrating (600 s on 2.11's PostgreSQL; a copy elsewhere), the
+# api-server 180 s, two runs of 420 s, stopping 60 s.
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1800)]
 
 SECRET = "celery-http-test-secret-" + "k" * 24
 

@@ -165,6 +165,8 @@ def home_33(tmp_path_factory: pytest.TempPathFactory) -> AirflowHome:
     return AirflowHome("3.3", tmp_path_factory.mktemp("providers-3.3"), [DAG_FILE])
 
 
+# Its own waits: the home's CLI setup (600 s), `dags test` (600 s), the services (120 + 60 s).
+@pytest.mark.timeout(1500)
 def test_dags_test_failed_in_the_window_one_job_per_logical_job(
     home_33: AirflowHome, tmp_path: Path
 ) -> None:
