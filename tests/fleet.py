@@ -387,7 +387,7 @@ class WorkerResult:
     leases: list[int] = field(default_factory=list)  # rounds this worker won
     rounds: list[int] = field(default_factory=list)  # rounds it tried
     stale_reads: list[list[Any]] = field(default_factory=list)  # [time, wrote, read]
-    errors: list[list[Any]] = field(default_factory=list)  # [time, op, class, message]
+    errors: list[list[Any]] = field(default_factory=list)  # [start, end, op, class, message]
     ops: dict[str, list[list[float]]] = field(default_factory=dict)  # op -> [[start, secs]]
 
 
@@ -418,7 +418,8 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
         try:
             return call(*args, **kwargs)
         except TaskStateError as exc:
-            result.errors.append([start, op, type(exc).__name__, str(exc)[:800]])
+            failed = [start, time.time(), op, type(exc).__name__, str(exc)[:800]]
+            result.errors.append(failed)
             raise
         finally:
             result.ops.setdefault(op, []).append([start, time.perf_counter() - t0])
@@ -781,8 +782,8 @@ def check(fleet: Fleet, report: RunReport) -> list[str]:
     if report.ryw["violations"]:
         problems.append(f"{report.ryw['violations']} stale reads across replicas")
     for w in report.workers:
-        for at, op, kind, message in w.errors:
-            if _past_window(at, report.faults) or _unknown_in_fault(op, kind, at, report.faults):
+        for at, end, op, kind, message in w.errors:
+            if _past_window(at, report.faults) or _unknown_in_fault(op, kind, at, end, report):
                 continue
             problems.append(f"{w.worker_id} {op} at {at:.1f}: {kind}: {message}")
     return problems
@@ -792,23 +793,20 @@ def unknown_outcomes(report: RunReport) -> dict[str, int]:
     """Atomic writes that ended as OutcomeUnknownError, by the fault they fell in."""
     counts: dict[str, int] = {}
     for w in report.workers:
-        for at, op, kind, _ in w.errors:
-            if _unknown_in_fault(op, kind, at, report.faults):
-                # The last fault injected before the call: its answer was lost in that one.
-                fault = [f for f in report.faults if f.start - 1 <= at][-1]
+        for at, end, op, kind, _ in w.errors:
+            if _unknown_in_fault(op, kind, at, end, report):
+                # The last fault injected before the call ended: its answer was lost in it.
+                fault = [f for f in report.faults if f.start <= end][-1]
                 counts[fault.kind] = counts.get(fault.kind, 0) + 1
     return counts
 
 
-def _in(at: float, fault: Fault) -> bool:
-    return fault.start - 1 <= at <= fault.recovered
-
-
-def _unknown_in_fault(op: str, kind: str, at: float, faults: list[Fault]) -> bool:
+def _unknown_in_fault(op: str, kind: str, at: float, end: float, report: RunReport) -> bool:
+    """An atomic write's unknown outcome, the call under way while a fault was."""
     return (
         op in ("update", "cas")
         and kind == "OutcomeUnknownError"
-        and any(_in(at, f) for f in faults)
+        and any(at <= f.recovered and end >= f.start for f in report.faults)
     )
 
 
