@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.pgbouncer_server import PgBouncer
-from tests.postgres_server import PostgresServer, apt_install, free_port
+from tests.postgres_server import PostgresServer, debian_command, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DAG = "fleet"
@@ -46,16 +46,6 @@ COUNTER = "counter"
 CURSOR = "last_cursor"
 RETRY_WINDOW = 30.0  # the HTTP client's documented window (docs/deployment.md)
 TIMEOUT = 10.0  # the HTTP client's documented per-request timeout
-
-
-def haproxy_binary() -> str:
-    for attempt in range(2):
-        found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
-        if found:
-            return found
-        if attempt == 0:
-            apt_install("haproxy")
-    raise RuntimeError("haproxy not found: apt-get install haproxy (as root)")
 
 
 def secret(tag: str) -> str:
@@ -172,7 +162,7 @@ class HAProxy:
     the balancer — resending a write is the client's decision, which knows if it is safe."""
 
     def __init__(self, replicas: list[Replica], root: Path) -> None:
-        self.binary = haproxy_binary()
+        self.binary = debian_command("haproxy", "haproxy")
         self.replicas = replicas
         self.root = root
         self.port = free_port()
