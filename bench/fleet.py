@@ -11,9 +11,11 @@ rest wait in maintenance), so every layout meets the same PostgreSQL, PgBouncer 
 Closed loop: each layout runs `--seconds / --rounds` at a time, the layouts' order reversed
 every round (1 2 3 direct, direct 3 2 1, ...), so the shared machine's load hits all alike.
 Paced: each layout at 50% of its own closed-loop record rate while every fault is injected
-once (HTTP layouts: all six kinds; direct: PgBouncer and PostgreSQL restarts), until the last
-fault has recovered plus `--settle` seconds. Every run is checked (`tests.fleet.check`): 0
-acknowledged writes lost, 0 increments applied twice, one lease holder per round.
+once (HTTP layouts: all six kinds; direct: PgBouncer and PostgreSQL restarts), for
+`--seconds / --rounds` or until `--settle` seconds after the last fault, whichever is later.
+Times count from when every worker process has started and made its first call. Every run
+is checked (`tests.fleet.check`): 0 acknowledged writes lost, 0 increments applied twice, one
+lease holder per round.
 
 An op is one accessor call: `set` (the cursor), `get` (read back at once), `update` (the shared
 counter: GET + conditional PUT over HTTP, one transaction directly), `cas` (a lease, once per
@@ -49,9 +51,9 @@ def _outside(start: float, report: RunReport) -> bool:
     return not any(f.start - 1 <= start <= f.recovered + 1 for f in report.faults)
 
 
-def summarise(report: RunReport, seconds: float | None = None) -> dict[str, Any]:
+def summarise(report: RunReport) -> dict[str, Any]:
     """Records per second, and per op: count, p50/p99 in ms (outside fault windows)."""
-    span = seconds or (report.ended - report.started)
+    span = report.ended - report.started
     records = sum(w.records for w in report.workers)
     ops: dict[str, dict[str, float]] = {}
     for op in ("set", "get", "update", "cas"):
@@ -91,7 +93,8 @@ def summarise(report: RunReport, seconds: float | None = None) -> dict[str, Any]
 def merge(reports: list[RunReport]) -> RunReport:
     workers = [w for r in reports for w in r.workers]
     ryw = {k: sum(r.ryw[k] for r in reports) for k in ("probes", "violations")}
-    return RunReport("", workers, [f for r in reports for f in r.faults], ryw, 0.0, 0.0)
+    span = sum(r.ended - r.started for r in reports)  # the time the workers worked, summed
+    return RunReport("", workers, [f for r in reports for f in r.faults], ryw, 0.0, span)
 
 
 class PoolSampler:
@@ -171,10 +174,10 @@ def main() -> None:
                 loads[name].append(os.getloadavg()[0])
                 closed[name].append(report)
                 problems += [f"closed {name}: {p}" for p in check(fleet, report)]
-                rate = summarise(report, args.seconds / args.rounds)["records_per_s"]
+                rate = summarise(report)["records_per_s"]
                 print(f"closed, {name}: {rate} records/s (load {os.getloadavg()[0]:.1f})")
         for name in layouts:
-            summary = summarise(merge(closed[name]), args.seconds)
+            summary = summarise(merge(closed[name]))
             summary["pgbouncer_most"] = pools[name]
             summary["load_1min"] = loads[name]
             figures["layouts"][name] = {"closed": summary}
@@ -185,7 +188,7 @@ def main() -> None:
                 faults = PG_FAULTS if name == "direct" else list(FAULTS)
                 report = drive(
                     fleet, workers=args.workers, rate=rate, url=url, faults=faults,
-                    settle=args.settle,
+                    seconds=args.seconds / args.rounds, settle=args.settle,
                 )  # fmt: skip
                 summary = summarise(report)
                 summary["paced_records_per_s_per_worker"] = round(rate, 2)

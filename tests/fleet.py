@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.pgbouncer_server import PgBouncer
-from tests.postgres_server import PostgresServer, apt_install, free_port
+from tests.postgres_server import PostgresServer, debian_command, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 DAG = "fleet"
@@ -46,16 +46,6 @@ COUNTER = "counter"
 CURSOR = "last_cursor"
 RETRY_WINDOW = 30.0  # the HTTP client's documented window (docs/deployment.md)
 TIMEOUT = 10.0  # the HTTP client's documented per-request timeout
-
-
-def haproxy_binary() -> str:
-    for attempt in range(2):
-        found = shutil.which("haproxy") or shutil.which("haproxy", path="/usr/sbin")
-        if found:
-            return found
-        if attempt == 0:
-            apt_install("haproxy")
-    raise RuntimeError("haproxy not found: apt-get install haproxy (as root)")
 
 
 def secret(tag: str) -> str:
@@ -172,7 +162,7 @@ class HAProxy:
     the balancer — resending a write is the client's decision, which knows if it is safe."""
 
     def __init__(self, replicas: list[Replica], root: Path) -> None:
-        self.binary = haproxy_binary()
+        self.binary = debian_command("haproxy", "haproxy")
         self.replicas = replicas
         self.root = root
         self.port = free_port()
@@ -351,8 +341,8 @@ def running_fleet(**options: Any) -> Iterator[Fleet]:
 
 @dataclass
 class WorkerSpec:
-    """What one worker process does: `records` records, else for `seconds`, else until the
-    file `stop` exists (the driver's signal that its faults are done)."""
+    """What one worker process does: `records` records, else until the file `stop` exists
+    (the driver's signal)."""
 
     worker_id: str
     run: str  # the Airflow-like run id every worker of one drive shares
@@ -360,7 +350,6 @@ class WorkerSpec:
     token_file: Path
     out: Path
     records: int = 0
-    seconds: float = 0.0
     round_size: int = 5  # records per lease round
     rate: float = 0.0  # records per second; 0 = as fast as it can (closed loop)
 
@@ -374,12 +363,8 @@ class WorkerSpec:
     def as_json(self) -> dict[str, Any]:
         return {**self.__dict__, "token_file": str(self.token_file), "out": str(self.out)}
 
-    def more(self, done: int, deadline: float | None) -> bool:
-        if self.records:
-            return done < self.records
-        if deadline is not None:
-            return time.monotonic() < deadline
-        return not self.stop.exists()
+    def more(self, done: int) -> bool:
+        return done < self.records if self.records else not self.stop.exists()
 
 
 @dataclass
@@ -392,7 +377,7 @@ class WorkerResult:
     leases: list[int] = field(default_factory=list)  # rounds this worker won
     rounds: list[int] = field(default_factory=list)  # rounds it tried
     stale_reads: list[list[Any]] = field(default_factory=list)  # [time, wrote, read]
-    errors: list[list[Any]] = field(default_factory=list)  # [time, op, class, message]
+    errors: list[list[Any]] = field(default_factory=list)  # [start, end, op, class, message]
     ops: dict[str, list[list[float]]] = field(default_factory=dict)  # op -> [[start, secs]]
 
 
@@ -415,7 +400,6 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
     shared = store.task_state(TaskScope(DAG, spec.run, SHARED))
     result = WorkerResult(spec.worker_id)
     token_seen = spec.token_file.stat().st_mtime_ns
-    deadline = time.monotonic() + spec.seconds if spec.seconds else None
 
     def timed(op: str, call: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """One call, timed; a TaskStateError is kept and re-raised."""
@@ -424,15 +408,17 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
         try:
             return call(*args, **kwargs)
         except TaskStateError as exc:
-            result.errors.append([start, op, type(exc).__name__, str(exc)[:300]])
+            failed = [start, time.time(), op, type(exc).__name__, str(exc)[:800]]
+            result.errors.append(failed)
             raise
         finally:
             result.ops.setdefault(op, []).append([start, time.perf_counter() - t0])
 
     cursor = timed("get", mine.get, CURSOR, default=0)
+    (spec.out.parent / f"{spec.worker_id}.ready").touch()
     i = cursor
     started = time.monotonic()
-    while spec.more(i, deadline):
+    while spec.more(i):
         if spec.rate:  # paced: record i starts at its slot, not earlier
             slot = started + (i - cursor) / spec.rate
             if slot > time.monotonic():
@@ -652,9 +638,11 @@ def drive(
     url: str | None = None,
     settle: float = 3.0,
 ) -> RunReport:
-    """Start `workers` worker processes against `url` (the balancer), inject `faults` (in order,
-    at random points while they run), wait for them; their results and the faults. With
-    neither `records` nor `seconds`, the workers stop `settle` seconds after the last fault."""
+    """Start `workers` worker processes against `url` (the balancer by default) and, once
+    every one has made its first call, inject `faults` (in order, each at a random point).
+    With `records` each worker stops after that many; else all stop together `seconds` after
+    they were ready, or `settle` seconds after the last fault, whichever is later. The
+    report's `started`/`ended` span the time every worker was working."""
     run = f"run-{time.time_ns()}"
     out = fleet.root / run
     out.mkdir()
@@ -662,11 +650,10 @@ def drive(
     token_file.write_text(fleet.token(fleet.replicas[0].keys.split(",")[0]))
     names = [f"w{n:03d}" for n in range(workers)]
     specs = [
-        WorkerSpec(name, run, url or fleet.url, token_file, out / f"{name}.json", records, seconds,
+        WorkerSpec(name, run, url or fleet.url, token_file, out / f"{name}.json", records,
                    round_size, rate)
         for name in names
     ]  # fmt: skip
-    started = time.time()
     procs = []
     for s in specs:
         with open(out / f"{s.worker_id}.err", "wb") as err:
@@ -677,32 +664,39 @@ def drive(
     ryw = {"probes": 0, "violations": 0}
     stop = threading.Event()
     prober = threading.Thread(target=_read_your_writes, args=(fleet, ryw, stop), daemon=True)
-    prober.start()
     try:
+        # Python starting 64 processes on a busy machine takes a while: time the work only.
+        while not all((out / f"{name}.ready").exists() for name in names):
+            if any(p.poll() is not None for p in procs):
+                break  # one failed to start: its missing result says why, below
+            time.sleep(0.05)
+        started = time.time()
+        prober.start()
         for kind in faults or []:
-            # A random point: while the workers run, with room for the rest.
-            time.sleep(random.uniform(0.5, 2.0))
+            time.sleep(random.uniform(0.5, 2.0))  # a random point, with room for the rest
             if all(p.poll() is not None for p in procs):
                 raise RuntimeError(f"the workers finished before fault {kind!r}: give more work")
             injector.inject(kind)
-        if not records and not seconds:
-            time.sleep(settle)
+        if not records:
+            time.sleep(max(settle, started + seconds - time.time()))
             specs[0].stop.touch()
         for proc in procs:
             proc.wait()
+        ended = time.time()
     finally:
         stop.set()
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
-        prober.join(10)
+        if prober.is_alive():
+            prober.join(10)
     results = []
     for s in specs:
         if not s.out.exists():
             err = (out / f"{s.worker_id}.err").read_text()[-2000:]
             raise RuntimeError(f"worker {s.worker_id} left no result: {err}")
         results.append(WorkerResult(**json.loads(s.out.read_text())))
-    return RunReport(run, results, injector.faults, ryw, started, time.time())
+    return RunReport(run, results, injector.faults, ryw, started, ended)
 
 
 def _read_your_writes(fleet: Fleet, counts: dict[str, int], stop: threading.Event) -> None:
@@ -724,9 +718,10 @@ def _read_your_writes(fleet: Fleet, counts: dict[str, int], stop: threading.Even
         scope = TaskScope(DAG, RUN, "ryw")
         try:
             n += 1
-            stores[0].task_state(scope).set("ryw", n)
-            if stores[1].task_state(scope).get("ryw") != n:
-                # Another probe cannot have written it: this thread is the only writer.
+            # A key of its own: an earlier probe's write that timed out and was applied late
+            # (a stopped replica resumed) cannot land on it.
+            stores[0].task_state(scope).set(f"ryw:{n}", n)
+            if stores[1].task_state(scope).get(f"ryw:{n}") != n:
                 counts["violations"] += 1
             counts["probes"] += 1
         except TaskStateError:
@@ -777,8 +772,8 @@ def check(fleet: Fleet, report: RunReport) -> list[str]:
     if report.ryw["violations"]:
         problems.append(f"{report.ryw['violations']} stale reads across replicas")
     for w in report.workers:
-        for at, op, kind, message in w.errors:
-            if _past_window(at, report.faults) or _unknown_in_fault(op, kind, at, report.faults):
+        for at, end, op, kind, message in w.errors:
+            if _past_window(at, report.faults) or _unknown_in_fault(op, kind, at, end, report):
                 continue
             problems.append(f"{w.worker_id} {op} at {at:.1f}: {kind}: {message}")
     return problems
@@ -788,22 +783,20 @@ def unknown_outcomes(report: RunReport) -> dict[str, int]:
     """Atomic writes that ended as OutcomeUnknownError, by the fault they fell in."""
     counts: dict[str, int] = {}
     for w in report.workers:
-        for at, op, kind, _ in w.errors:
-            if _unknown_in_fault(op, kind, at, report.faults):
-                fault = next(f for f in report.faults if _in(at, f))
+        for at, end, op, kind, _ in w.errors:
+            if _unknown_in_fault(op, kind, at, end, report):
+                # The last fault injected before the call ended: its answer was lost in it.
+                fault = [f for f in report.faults if f.start <= end][-1]
                 counts[fault.kind] = counts.get(fault.kind, 0) + 1
     return counts
 
 
-def _in(at: float, fault: Fault) -> bool:
-    return fault.start - 1 <= at <= fault.recovered
-
-
-def _unknown_in_fault(op: str, kind: str, at: float, faults: list[Fault]) -> bool:
+def _unknown_in_fault(op: str, kind: str, at: float, end: float, report: RunReport) -> bool:
+    """An atomic write's unknown outcome, the call under way while a fault was."""
     return (
         op in ("update", "cas")
         and kind == "OutcomeUnknownError"
-        and any(_in(at, f) for f in faults)
+        and any(at <= f.recovered and end >= f.start for f in report.faults)
     )
 
 

@@ -26,17 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from tests.postgres_server import PostgresServer, apt_install, free_port
-
-
-def _binary() -> str:
-    for attempt in range(2):
-        found = shutil.which("pgbouncer") or shutil.which("pgbouncer", path="/usr/sbin")
-        if found:
-            return found
-        if attempt == 0:
-            apt_install("pgbouncer")
-    raise RuntimeError("pgbouncer not found: apt-get install pgbouncer (as root)")
+from tests.postgres_server import PostgresServer, debian_command, free_port
 
 
 class PgBouncer:
@@ -51,7 +41,7 @@ class PgBouncer:
         pool_size: int = 4,
         query_wait_timeout: int = 120,
     ) -> None:
-        self.binary = _binary()
+        self.binary = debian_command("pgbouncer", "pgbouncer")
         self.server = server
         self.pool_mode = pool_mode
         self.pool_size = pool_size

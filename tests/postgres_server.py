@@ -34,6 +34,18 @@ def apt_install(package: str) -> None:
     )
 
 
+def debian_command(command: str, package: str) -> str:
+    """The path of `command` (also looked for in /usr/sbin), installing `package` first when
+    it is missing and we are root; else a RuntimeError saying what to install."""
+    for attempt in range(2):
+        found = shutil.which(command) or shutil.which(command, path="/usr/sbin")
+        if found:
+            return found
+        if attempt == 0:
+            apt_install(package)
+    raise RuntimeError(f"{command} not found: apt-get install {package} (as root)")
+
+
 def _bin_dir() -> Path:
     """Newest /usr/lib/postgresql/<major>/bin, installing the Debian package if there is none."""
     for attempt in range(2):

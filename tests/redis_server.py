@@ -11,17 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.postgres_server import apt_install, free_port
-
-
-def _binary() -> str:
-    for attempt in range(2):
-        found = shutil.which("redis-server")
-        if found:
-            return found
-        if attempt == 0:
-            apt_install("redis-server")
-    raise RuntimeError("redis-server not found: apt-get install redis-server (as root)")
+from tests.postgres_server import debian_command, free_port
 
 
 @contextmanager
@@ -29,8 +19,9 @@ def running_redis() -> Iterator[str]:
     """Yields `redis://127.0.0.1:<port>`."""
     port = free_port()
     workdir = tempfile.mkdtemp(prefix="taskstate-redis-")
+    binary = debian_command("redis-server", "redis-server")
     proc = subprocess.Popen(
-        [_binary(), "--bind", "127.0.0.1", "--port", str(port), "--save", "",
+        [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
          "--appendonly", "no", "--dir", workdir, "--protected-mode", "yes"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -96,9 +96,11 @@ class BackendUnavailableError(BackendError, ConnectionError):
 
 class OutcomeUnknownError(BackendUnavailableError):
     """A write was sent and its answer lost — the connection to the database died during
-    COMMIT and the store could not be asked afterwards, or an HTTP answer never came — so it
-    may or may not have landed. It was not applied again, so it can never apply twice: read
-    the key to see. The HTTP API answers it as 500 (never 503, which means "not applied")."""
+    COMMIT and the store could not be asked afterwards, an HTTP answer never came or a proxy
+    answered 502/504 (for an atomic update: and another writer changed the key before it could
+    be read back) — so it may or may not have landed. It was not applied again, so it can
+    never apply twice: read the key to see. The HTTP API answers it as 500 (never 503, which
+    means "not applied")."""
 
 
 class AccessDeniedError(BackendError, PermissionError):

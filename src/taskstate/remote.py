@@ -209,6 +209,7 @@ class _Remote(_Accessor):
         # Once it has left it without our write id, ours may have landed and been overwritten
         # since: nothing can tell, so it is not applied again.
         lost: str | None = None
+        why = ""  # how that answer was lost
         for attempt in range(ATTEMPTS):
             current = self.entry(key)
             mine = _write_id(current)
@@ -217,9 +218,9 @@ class _Remote(_Accessor):
             if lost is not None and (current.etag if current is not None else "") != lost:
                 raise OutcomeUnknownError(
                     f"the taskstate server at {self._http.host}: a write to {key!r} in "
-                    f"{self.scope} was sent and its answer lost, and another writer changed "
-                    "the key before it could be read back, so whether it landed is unknown. "
-                    "It was not applied again: read the key to see"
+                    f"{self.scope} was sent and its answer lost ({why}), and another writer "
+                    "changed the key before it could be read back, so whether it landed is "
+                    "unknown. It was not applied again: read the key to see"
                 )
             text, result = decide(current is not None, None if current is None else current.value)
             if text is None:
@@ -238,9 +239,10 @@ class _Remote(_Accessor):
                 if self.hook is not None:
                     self.hook.retried()
                 time.sleep(random.random() * min(0.002 * (attempt + 1), 0.05))
-            except OutcomeUnknownError:
+            except OutcomeUnknownError as exc:
                 if lost is None:
                     lost = current.etag if current is not None else ""
+                    why = str(exc)
                 continue  # the next read says whether it landed
         raise BackendError(
             f"the taskstate server at {self._http.host}: key {key!r} changed under "

@@ -4,6 +4,7 @@ real `taskstate serve` subprocess on loopback, and against servers that misbehav
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import http.server
 import json
 import os
@@ -525,20 +526,27 @@ class _LoseOneAnswer(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def test_a_lost_answer_to_an_update_does_not_apply_it_twice(served: Server) -> None:
-    """The write id resolves the unknown outcome: fn's result once, the value once."""
-    _LoseOneAnswer.target = served.url.rsplit("/taskstate", 1)[0]
-    _LoseOneAnswer.dropped = 0
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LoseOneAnswer)
+@contextlib.contextmanager
+def _proxied(served: Server, handler: type[_LoseOneAnswer]) -> Iterator[str]:
+    """`handler` as a proxy in front of `served`: the URL to reach it through."""
+    handler.target = served.url.rsplit("/taskstate", 1)[0]
+    handler.dropped = 0
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
-        state = _store(f"http://127.0.0.1:{httpd.server_port}/taskstate").task_state(T)
+        yield f"http://127.0.0.1:{httpd.server_port}/taskstate"
+    finally:
+        httpd.shutdown()
+
+
+def test_a_lost_answer_to_an_update_does_not_apply_it_twice(served: Server) -> None:
+    """The write id resolves the unknown outcome: fn's result once, the value once."""
+    with _proxied(served, _LoseOneAnswer) as url:
+        state = _store(url).task_state(T)
         state.set("n", 1)
         assert state.update("n", lambda v: v + 1) == 2
         assert _LoseOneAnswer.dropped == 1
         assert state.get("n") == 2
-    finally:
-        httpd.shutdown()
 
 
 class _LoseOneAnswerThenOverwrite(_LoseOneAnswer):
@@ -562,19 +570,13 @@ def test_a_lost_answer_overwritten_before_the_read_back_is_unknown_not_applied_a
 ) -> None:
     """The key no longer shows whether the lost write landed: `fn` is not applied a second
     time (that would count one increment twice); the caller is told the outcome is unknown."""
-    _LoseOneAnswerThenOverwrite.target = served.url.rsplit("/taskstate", 1)[0]
-    _LoseOneAnswerThenOverwrite.dropped = 0
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _LoseOneAnswerThenOverwrite)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        state = _store(f"http://127.0.0.1:{httpd.server_port}/taskstate").task_state(T)
+    with _proxied(served, _LoseOneAnswerThenOverwrite) as url:
+        state = _store(url).task_state(T)
         state.set("n", 1)
         with pytest.raises(OutcomeUnknownError, match="not applied again"):
             state.update("n", lambda v: v + 1)
         assert _LoseOneAnswerThenOverwrite.dropped == 1
         assert state.get("n") == 102  # 1, our increment once, the other writer's +100
-    finally:
-        httpd.shutdown()
 
 
 @pytest.mark.parametrize("status", [502, 504])
