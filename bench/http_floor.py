@@ -5,10 +5,12 @@ same uvicorn, measured interleaved in one run.
 
 Both servers are separate processes on loopback, one uvicorn worker each (same loop, same
 HTTP parser, no access log), each on its own SQLite file in WAL mode with synchronous=NORMAL.
-The bare app answers `PUT` with the store's upsert (value, expiry, write time, writer) and `GET`
-with a point select of the same columns, JSON in and out with the standard `json` module; it
-checks no token, no key rules, no value rules. `taskstate serve` runs with a secret key, so
-every request carries and verifies a task token.
+The bare app uses the store's own schema and SQL statements: `PUT` is the store's upsert (value,
+expiry, write time, writer) and, with history on (the default, `[state_store]
+taskstate_history_versions` read from the environment by both sides alike), the same version
+append and trim in the same transaction; `GET` is the store's point read. JSON in and out with
+the standard `json` module; it checks no token, no key rules, no value rules, no expiry.
+`taskstate serve` runs with a secret key, so every request carries and verifies a task token.
 
 Latency: PUT then GET of one task-state key over one keep-alive `http.client` connection per
 server, the two servers interleaved request by request (load hits both alike). The gate
@@ -37,30 +39,42 @@ from typing import Any
 from http_ops import free_port, latency_table, ms, pct, process
 from record import meta, save
 
+from taskstate.settings import Settings
+
 SECRET = "bench-http-floor-secret-0123456789abcdefgh"
 VALUE = {"cursor": 0, "rows": list(range(10)), "note": "checkpoint"}
 TASK_PATH = "/taskstate/api/v2/dags/ts_bench/dagRuns/r1/taskInstances/t/state-store"
-BARE_SET = (
-    "INSERT INTO entries (namespace, key, value, expires_at, updated_at, updated_by) "
-    "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (namespace, key) DO UPDATE SET "
-    "value = excluded.value, expires_at = excluded.expires_at, "
-    "updated_at = excluded.updated_at, updated_by = excluded.updated_by"
-)
-BARE_GET = (
-    "SELECT value, expires_at, updated_at, updated_by FROM entries WHERE namespace = ? AND key = ?"
-)
 
 
 def bare_app(path: str) -> Any:
-    """The floor: raw ASGI, one SQLite connection, the same two statements, no checks."""
+    """The floor: raw ASGI, one SQLite connection, the store's own schema and statements (its
+    upsert and, with history on as by default, the same version append in the same
+    transaction; its point read), no checks."""
+    from taskstate.backends import sqlite as sql
+    from taskstate.store import StateStore
+
+    store = StateStore(f"sqlite:///{path}")  # the settings `taskstate serve` reads
+    store.migrate()
+    keep = store.history
+    store.close()
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute(
-        "CREATE TABLE IF NOT EXISTS entries (namespace TEXT NOT NULL, key TEXT NOT NULL, "
-        "value TEXT NOT NULL, expires_at REAL, updated_at REAL NOT NULL, updated_by TEXT, "
-        "PRIMARY KEY (namespace, key)) WITHOUT ROWID"
-    )
+
+    def put(namespace: str, key: str, value: str, now: float) -> None:
+        writer = '{"kind":"api","subject":"bench"}'
+        expires = now + 86400 * 30
+        params = (namespace, key, value, expires, now, writer)
+        if not keep:
+            conn.execute(sql._SET, params)
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute(sql._SET, params)
+        version = conn.execute(sql._NEXT_VERSION, (namespace, key)).fetchone()[0]
+        conn.execute(sql._APPEND, (namespace, key, version, value, expires, now, writer, "set"))
+        if version > keep:
+            conn.execute(sql._TRIM, (namespace, key, version - keep))
+        conn.execute("COMMIT")
 
     async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -73,21 +87,19 @@ def bare_app(path: str) -> Any:
                 message = await receive()
                 body += message.get("body", b"")
                 more = message.get("more_body", False)
-            value = json.dumps(json.loads(body)["value"], separators=(",", ":"))
-            now = time.time()
-            writer = '{"kind":"api","subject":"bench"}'
-            conn.execute(BARE_SET, (namespace, key, value, now + 86400 * 30, now, writer))
+            put(namespace, key, json.dumps(json.loads(body)["value"], separators=(",", ":")),
+                time.time())  # fmt: skip
             await send({"type": "http.response.start", "status": 204, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
-        row = conn.execute(BARE_GET, (namespace, key)).fetchone()
+        row = conn.execute(sql._GET, (namespace, key)).fetchone()
         if row is None:
             await send({"type": "http.response.start", "status": 404, "headers": []})
             await send({"type": "http.response.body", "body": b""})
             return
         out = json.dumps(
             {"key": key, "value": json.loads(row[0]), "expires_at": row[1],
-             "updated_at": row[2], "last_updated_by": json.loads(row[3])}
+             "updated_at": row[3], "last_updated_by": json.loads(row[2])}
         ).encode()  # fmt: skip
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(out))]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
@@ -255,7 +267,8 @@ def main() -> int:
     figures: dict[str, Any] = {"latency": {}, "throughput": {}, "workers": args.workers}
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         sides = [start_bare(stack, Path(tmp)), start_taskstate(stack, Path(tmp), args.workers)]
-        print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores)")
+        print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores); "
+              f"history versions kept per key: {Settings.load().history_versions}")  # fmt: skip
         times = latency(sides, args.n)
         print(f"\nlatency: one keep-alive http.client connection per server, interleaved, "
               f"n={args.n} per op and side, one key (one row)")  # fmt: skip

@@ -50,6 +50,7 @@ from taskstate.errors import (
 )
 from taskstate.scope import AssetScope, TaskScope
 from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
+from taskstate.stored import etag_of, stored_ref
 from taskstate.wire import (
     EXPIRES_AT,
     EXPIRES_IN,
@@ -57,6 +58,7 @@ from taskstate.wire import (
     WRITE_ID,
     WRITE_ID_HEADER,
     asset_entry,
+    entry_json,
     quoted,
     task_entry,
 )
@@ -221,7 +223,7 @@ def _unprocessable(loc: tuple[str | int, ...], message: str) -> NoReturn:
 def _text(raw: bytes, name: str) -> str:
     """One percent-decoded path part, strictly UTF-8."""
     try:
-        return unquote_to_bytes(raw).decode("utf-8")
+        return (unquote_to_bytes(raw) if b"%" in raw else raw).decode("utf-8")
     except UnicodeDecodeError:
         _unprocessable(
             ("path", name), f"the {name} is not valid UTF-8 once percent-decoded; encode "
@@ -529,15 +531,23 @@ def _missing(address: Address) -> str:
 
 
 async def _get(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
-    """One key with its `ETag`; 304 when the client's copy is current; 404 when absent."""
-    entry = await call_store(ctx, _accessor(ctx, a).entry, a.key)
-    if entry is None:  # typed: the client tells "no such key" from "no such route"
+    """One key with its `ETag`; 304 when the client's copy is current; 404 when absent. An
+    inline value is answered from the stored JSON text, never decoded (`wire.entry_json`)."""
+    row = await call_store(ctx, _accessor(ctx, a).live_row, a.key)
+    if row is None:  # typed: the client tells "no such key" from "no such route"
         raise KeyNotFoundError(_missing(a))
+    etag = etag_of(row.value, row.expires_at, row.updated_by, row.updated_at)
     if_none_match = request.headers.get("if-none-match")
     if if_none_match is not None:
         tags = _tags(if_none_match)
-        if entry.etag in tags or tags == ["*"]:
-            return 304, b"", [(b"etag", quoted(entry.etag).encode())]
+        if etag in tags or tags == ["*"]:
+            return 304, b"", [(b"etag", quoted(etag).encode())]
+    if stored_ref(row.value) is None:
+        body = entry_json(row, expiry=a.route == "task")
+        return 200, body, [(b"content-type", b"application/json"), (b"etag", quoted(etag).encode())]
+    entry = await call_store(ctx, ctx.store.entry_of, row)  # offloaded: read its object
+    if entry is None:  # deleted while being read
+        raise KeyNotFoundError(_missing(a))
     render = task_entry if a.route == "task" else asset_entry
     return _json(render(entry), entry.etag)
 
