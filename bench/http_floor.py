@@ -17,6 +17,10 @@ server, the two servers interleaved request by request (load hits both alike). T
 (issue 23): `taskstate serve`'s PUT and GET p50 <= 1.5x the bare app's. Throughput:
 `--clients` keep-alive clients (asyncio streams, another process), mixed GET/PUT, each server
 in turn, `--workers` as given to `taskstate serve`. Reported, not asserted; not run in CI.
+
+`--access-log` adds a third side, interleaved with the others: `taskstate serve` as it runs by
+default, writing an access line per request and an audit line per write (into a file), so the
+log's cost is the ratio of two sides of the same run.
 """
 
 from __future__ import annotations
@@ -123,26 +127,49 @@ def wait_up(port: int, path: str, timeout: float = 60) -> None:
 
 
 class Side:
-    def __init__(self, name: str, port: int, path: str, headers: dict[str, str]) -> None:
+    def __init__(
+        self, name: str, port: int, path: str, headers: dict[str, str], group: int
+    ) -> None:
         self.name, self.port, self.path, self.headers = name, port, path, headers
+        self.group = group  # the server's process group
+
+    def cpu_ns(self) -> int:
+        """CPU time the server's processes (every thread) have run, in ns (Linux schedstat):
+        unlike latency, hardly moved by how busy the machine is."""
+        total = 0
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) != self.group:
+                    continue
+                for task in (proc / "task").iterdir():
+                    total += int((task / "schedstat").read_text().split()[0])
+            except (OSError, IndexError, ValueError):  # gone meanwhile
+                continue
+        return total
 
 
-def start_taskstate(stack: ExitStack, tmp: Path, workers: int) -> Side:
+def start_taskstate(stack: ExitStack, tmp: Path, workers: int, *, logged: bool = False) -> Side:
+    """`taskstate serve` without its access log; `logged`: with it (the default `--log-level
+    info`: an access line per request, an audit line per write, into a file)."""
     port = free_port()
     env = {**os.environ, "AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY": SECRET,
            "AIRFLOW_HOME": str(tmp / "ts-home")}  # fmt: skip
-    args = [sys.executable, "-m", "taskstate", "--url", f"sqlite:///{tmp}/ts.db", "serve",
-            "--port", str(port), "--log-level", "warning"]  # fmt: skip
+    name = "ts-logged" if logged else "ts"
+    args = [sys.executable, "-m", "taskstate", "--url", f"sqlite:///{tmp}/{name}.db", "serve",
+            "--port", str(port), "--log-level", "info" if logged else "warning"]  # fmt: skip
     if workers > 1:
         args += ["--workers", str(workers)]
-    stack.enter_context(process(args, env, tmp / "taskstate-serve.log"))
+    group = stack.enter_context(process(args, env, tmp / f"{name}-serve.log"))
     wait_up(port, "/taskstate/health/live")
     token = subprocess.run(
         [sys.executable, "-m", "taskstate", "token", "create", "--dag-id", "ts_bench",
          "--run-id", "r1", "--task-id", "t", "--map-index", "-1"],
         env=env, capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
-    return Side("taskstate serve", port, TASK_PATH, {"Authorization": f"Bearer {token}"})
+    label = "taskstate serve + access log" if logged else "taskstate serve"
+    return Side(label, port, TASK_PATH, {"Authorization": f"Bearer {token}"}, group)
 
 
 def start_bare(stack: ExitStack, tmp: Path) -> Side:
@@ -154,9 +181,9 @@ def start_bare(stack: ExitStack, tmp: Path) -> Side:
     )
     here = str(Path(__file__).resolve().parent)
     args = [sys.executable, "-c", code, here, str(tmp / "bare.db"), str(port)]
-    stack.enter_context(process(args, dict(os.environ), tmp / "bare.log"))
+    group = stack.enter_context(process(args, dict(os.environ), tmp / "bare.log"))
     wait_up(port, "/x/health")
-    return Side("bare ASGI + SQLite", port, "/bare/ts_bench/r1/t", {})
+    return Side("bare ASGI + SQLite", port, "/bare/ts_bench/r1/t", {}, group)
 
 
 def latency(sides: list[Side], n: int) -> dict[str, dict[str, list[float]]]:
@@ -187,6 +214,29 @@ def latency(sides: list[Side], n: int) -> dict[str, dict[str, list[float]]]:
     for conn in conns.values():
         conn.close()
     return times
+
+
+def server_cpu(sides: list[Side], n: int, blocks: int = 10) -> dict[str, dict[str, float]]:
+    """The servers' own CPU per request (µs), by op: `blocks` rounds of n/blocks PUTs, then
+    as many GETs, on each server in turn, the server's CPU time read around each run."""
+    conns = {s.name: http.client.HTTPConnection("127.0.0.1", s.port, timeout=30) for s in sides}
+    spent: dict[str, dict[str, int]] = {s.name: {"PUT": 0, "GET": 0} for s in sides}
+    per = max(1, n // blocks)
+    body = json.dumps({"value": VALUE})
+    for _ in range(blocks):
+        for op in ("PUT", "GET"):
+            for side in sides:
+                conn, url = conns[side.name], f"{side.path}/bench-key"
+                headers = {**side.headers, "Content-Type": "application/json"}
+                before = side.cpu_ns()
+                for _ in range(per):
+                    conn.request(op, url, body if op == "PUT" else None, headers)
+                    conn.getresponse().read()
+                spent[side.name][op] += side.cpu_ns() - before
+    for conn in conns.values():
+        conn.close()
+    return {name: {op: ns / (per * blocks) / 1000 for op, ns in ops.items()}
+            for name, ops in spent.items()}  # fmt: skip
 
 
 async def _drive(port: int, path: str, headers: dict[str, str], clients: int,
@@ -253,6 +303,8 @@ def main() -> int:
     parser.add_argument("--n", type=int, default=2000, help="latency samples per op and side")
     parser.add_argument("--seconds", type=float, default=10)
     parser.add_argument("--clients", type=int, default=32)
+    parser.add_argument("--access-log", action="store_true",
+                        help="also taskstate serve with its access log, interleaved")  # fmt: skip
     for hidden in ("--path", "--headers"):  # the --drive child's arguments
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--drive", type=int, help=argparse.SUPPRESS)
@@ -267,20 +319,41 @@ def main() -> int:
     figures: dict[str, Any] = {"latency": {}, "throughput": {}, "workers": args.workers}
     with ExitStack() as stack, tempfile.TemporaryDirectory() as tmp:
         sides = [start_bare(stack, Path(tmp)), start_taskstate(stack, Path(tmp), args.workers)]
+        if args.access_log:
+            sides.append(start_taskstate(stack, Path(tmp), args.workers, logged=True))
         print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores); "
               f"history versions kept per key: {Settings.load().history_versions}")  # fmt: skip
         times = latency(sides, args.n)
         print(f"\nlatency: one keep-alive http.client connection per server, interleaved, "
               f"n={args.n} per op and side, one key (one row)")  # fmt: skip
         figures["latency"] = latency_table(times, ("PUT", "GET"))
-        bare, ours = sides
+        bare, ours = sides[:2]
         for op in ("PUT", "GET"):
-            ratio = statistics.median(times[ours.name][op]) / statistics.median(
-                times[bare.name][op]
-            )
+            p50 = {side.name: statistics.median(times[side.name][op]) for side in sides}
+            ratio = p50[ours.name] / p50[bare.name]
             figures[f"{op} p50 ratio"] = round(ratio, 2)
             verdict = "meets" if ratio <= 1.5 else "misses"
             print(f"{op} p50: taskstate serve / bare = {ratio:.2f}x ({verdict} the 1.5x gate)")
+            if args.access_log:
+                logged = p50[sides[2].name] / p50[ours.name]
+                figures[f"{op} p50 access log"] = round(logged, 2)
+                print(f"{op} p50: with the access log / without = {logged:.2f}x")
+        cpu = figures["server cpu us"] = server_cpu(sides, args.n)
+        print(
+            f"\nserver CPU per request (all its threads; n={args.n} per op and side, "
+            "in blocks, servers in turn):\n| server | PUT µs | GET µs |\n|---|---:|---:|"
+        )
+        for side in sides:
+            print(f"| {side.name} | {cpu[side.name]['PUT']:.0f} | {cpu[side.name]['GET']:.0f} |")
+        for op in ("PUT", "GET"):
+            ratio = cpu[ours.name][op] / cpu[bare.name][op]
+            figures[f"{op} cpu ratio"] = round(ratio, 2)
+            print(f"{op} server CPU: taskstate serve / bare = {ratio:.2f}x", end="")
+            if args.access_log:
+                logged = cpu[sides[2].name][op] / cpu[ours.name][op]
+                figures[f"{op} cpu access log"] = round(logged, 2)
+                print(f"; with the access log / without = {logged:.2f}x", end="")
+            print()
         print(f"\nthroughput: {args.clients} keep-alive clients in another process, mixed "
               f"PUT/GET (one key per client), {args.seconds:g} s; taskstate serve "
               f"--workers {args.workers}")  # fmt: skip
@@ -291,8 +364,10 @@ def main() -> int:
             print(f"| {side.name} | {' | '.join(cells)} |")
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
     command = (f"bench/http_floor.py --n {args.n} --clients {args.clients} "
-               f"--seconds {args.seconds:g} --workers {args.workers}")  # fmt: skip
+               f"--seconds {args.seconds:g} --workers {args.workers}"
+               + (" --access-log" if args.access_log else ""))  # fmt: skip
     name = "http_floor" if args.workers == 1 else f"http_floor_workers{args.workers}"
+    name += "_access_log" if args.access_log else ""
     save(name, figures, command=command, started=started)
     return 0
 

@@ -71,12 +71,13 @@ def wait_http(url: str, timeout: float = 180) -> None:
 
 
 @contextmanager
-def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
+def process(args: list[str], env: dict[str, str], log: Path) -> Iterator[int]:
+    """Run `args` in its own process group (its id yielded) until the block ends."""
     with log.open("wb") as out:
         proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)  # fmt: skip
         try:
-            yield
+            yield proc.pid
         finally:
             os.killpg(proc.pid, signal.SIGTERM)
             try:
