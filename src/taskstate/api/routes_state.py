@@ -147,9 +147,9 @@ class StateRoutes:
 
 def _raw_path(scope: Scope) -> bytes:
     """The path as the client sent it, below the app's mount point."""
-    raw: bytes | None = scope.get("raw_path")
+    raw: bytes | None = scope.get("raw_path") or _wsgi_raw_path(scope)
     root = scope.get("root_path", "")
-    if raw is None:  # a server that keeps no raw path (a2wsgi under Airflow 2's webserver)
+    if raw is None:  # a server that keeps no raw path
         return quote(scope["path"][len(root) :]).encode()
     raw = raw.split(b"?", 1)[0]
     if root:
@@ -160,6 +160,27 @@ def _raw_path(scope: Scope) -> bytes:
             return quote(scope["path"][len(root) :]).encode()
         return raw[len(root.encode()) :]
     return raw
+
+
+def _wsgi_raw_path(scope: Scope) -> bytes | None:
+    """Under a WSGI server (Airflow 2's webserver: gunicorn, through a2wsgi, which passes no
+    `raw_path`), the request target as sent, from the environ's `RAW_URI` (gunicorn, werkzeug)
+    or `REQUEST_URI`; None when there is none, or it is not the path the server decoded."""
+    environ = scope.get("wsgi_environ")
+    if not environ:
+        return None
+    uri = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if not isinstance(uri, str):
+        return None
+    if uri.startswith(("http://", "https://")):  # a request target in absolute form
+        uri = "/" + uri.split("://", 1)[1].partition("/")[2]
+    path = uri.split("?", 1)[0]
+    try:
+        raw = path.encode("latin-1")  # WSGI's str holds the bytes as latin-1
+    except UnicodeEncodeError:
+        return None
+    # The same request's path (no rewrite between the server and here)?
+    return raw if unquote_to_bytes(path).decode("utf-8", "replace") == scope["path"] else None
 
 
 def _match(path: bytes | None, by_id: bool) -> tuple[str, list[bytes], bytes | None] | None:
