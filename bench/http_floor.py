@@ -40,7 +40,17 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from http_ops import free_port, latency_table, ms, pct, process
+from http_ops import (
+    Side,
+    drive,
+    free_port,
+    latency,
+    latency_table,
+    ms,
+    process,
+    server_cpu,
+    throughput,
+)
 from record import meta, save
 
 from taskstate.settings import Settings
@@ -126,30 +136,6 @@ def wait_up(port: int, path: str, timeout: float = 60) -> None:
     raise RuntimeError(f"port {port} did not come up")
 
 
-class Side:
-    def __init__(
-        self, name: str, port: int, path: str, headers: dict[str, str], group: int
-    ) -> None:
-        self.name, self.port, self.path, self.headers = name, port, path, headers
-        self.group = group  # the server's process group
-
-    def cpu_ns(self) -> int:
-        """CPU time the server's processes (every thread) have run, in ns (Linux schedstat):
-        unlike latency, hardly moved by how busy the machine is."""
-        total = 0
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                if int((proc / "stat").read_text().rsplit(")", 1)[1].split()[2]) != self.group:
-                    continue
-                for task in (proc / "task").iterdir():
-                    total += int((task / "schedstat").read_text().split()[0])
-            except (OSError, IndexError, ValueError):  # gone meanwhile
-                continue
-        return total
-
-
 def start_taskstate(stack: ExitStack, tmp: Path, workers: int, *, logged: bool = False) -> Side:
     """`taskstate serve` without its access log; `logged`: with it (the default `--log-level
     info`: an access line per request, an audit line per write, into a file)."""
@@ -169,7 +155,8 @@ def start_taskstate(stack: ExitStack, tmp: Path, workers: int, *, logged: bool =
         env=env, capture_output=True, text=True, check=True,
     ).stdout.strip()  # fmt: skip
     label = "taskstate serve + access log" if logged else "taskstate serve"
-    return Side(label, port, TASK_PATH, {"Authorization": f"Bearer {token}"}, group)
+    bearer = {"Authorization": f"Bearer {token}"}
+    return Side(label, f"http://127.0.0.1:{port}{TASK_PATH}", bearer, group)
 
 
 def start_bare(stack: ExitStack, tmp: Path) -> Side:
@@ -183,118 +170,7 @@ def start_bare(stack: ExitStack, tmp: Path) -> Side:
     args = [sys.executable, "-c", code, here, str(tmp / "bare.db"), str(port)]
     group = stack.enter_context(process(args, dict(os.environ), tmp / "bare.log"))
     wait_up(port, "/x/health")
-    return Side("bare ASGI + SQLite", port, "/bare/ts_bench/r1/t", {}, group)
-
-
-def latency(sides: list[Side], n: int) -> dict[str, dict[str, list[float]]]:
-    conns = {s.name: http.client.HTTPConnection("127.0.0.1", s.port, timeout=30) for s in sides}
-    times: dict[str, dict[str, list[float]]] = {s.name: {"PUT": [], "GET": []} for s in sides}
-    warm = 100
-    for i in range(n + warm):
-        for side in sides:
-            conn = conns[side.name]
-            body = json.dumps({"value": {**VALUE, "cursor": i}})
-            headers = {**side.headers, "Content-Type": "application/json"}
-            url = f"{side.path}/bench-key"
-            started = time.perf_counter()
-            conn.request("PUT", url, body, headers)
-            response = conn.getresponse()
-            response.read()
-            took_put = time.perf_counter() - started
-            assert response.status == 204, (side.name, response.status)
-            started = time.perf_counter()
-            conn.request("GET", url, headers=side.headers)
-            response = conn.getresponse()
-            got = response.read()
-            took_get = time.perf_counter() - started
-            assert response.status == 200 and json.loads(got)["value"]["cursor"] == i, got
-            if i >= warm:
-                times[side.name]["PUT"].append(took_put)
-                times[side.name]["GET"].append(took_get)
-    for conn in conns.values():
-        conn.close()
-    return times
-
-
-def server_cpu(sides: list[Side], n: int, blocks: int = 10) -> dict[str, dict[str, float]]:
-    """The servers' own CPU per request (µs), by op: `blocks` rounds of n/blocks PUTs, then
-    as many GETs, on each server in turn, the server's CPU time read around each run."""
-    conns = {s.name: http.client.HTTPConnection("127.0.0.1", s.port, timeout=30) for s in sides}
-    spent: dict[str, dict[str, int]] = {s.name: {"PUT": 0, "GET": 0} for s in sides}
-    per = max(1, n // blocks)
-    body = json.dumps({"value": VALUE})
-    for _ in range(blocks):
-        for op in ("PUT", "GET"):
-            for side in sides:
-                conn, url = conns[side.name], f"{side.path}/bench-key"
-                headers = {**side.headers, "Content-Type": "application/json"}
-                before = side.cpu_ns()
-                for _ in range(per):
-                    conn.request(op, url, body if op == "PUT" else None, headers)
-                    conn.getresponse().read()
-                spent[side.name][op] += side.cpu_ns() - before
-    for conn in conns.values():
-        conn.close()
-    return {name: {op: ns / (per * blocks) / 1000 for op, ns in ops.items()}
-            for name, ops in spent.items()}  # fmt: skip
-
-
-async def _drive(port: int, path: str, headers: dict[str, str], clients: int,
-                 seconds: float) -> dict[str, Any]:  # fmt: skip
-    """`clients` keep-alive HTTP/1.1 connections on asyncio streams: a lean client, so the
-    figure is the server's."""
-    samples: list[float] = []
-    errors = 0
-    stop = time.monotonic() + seconds
-    extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
-
-    async def worker(w: int) -> None:
-        nonlocal errors
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        url = f"{path}/k{w}"
-        i = 0
-        while time.monotonic() < stop:
-            if i % 2 == 0:
-                body = json.dumps({"value": {**VALUE, "cursor": i}}).encode()
-                head = (
-                    f"PUT {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}Content-Type: "
-                    f"application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-                )
-                request, want = head.encode() + body, 204
-            else:
-                request = f"GET {url} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}\r\n".encode()
-                want = 200
-            started = time.perf_counter()
-            writer.write(request)
-            status_line = await reader.readline()
-            length = 0
-            while (line := await reader.readline()) not in (b"\r\n", b""):
-                name, _, value = line.decode("latin-1").partition(":")
-                if name.lower() == "content-length":
-                    length = int(value)
-            if length:
-                await reader.readexactly(length)
-            samples.append(time.perf_counter() - started)
-            errors += int(status_line.split()[1]) != want
-            i += 1
-        writer.close()
-
-    began = time.monotonic()
-    await asyncio.gather(*(worker(w) for w in range(clients)))
-    elapsed = time.monotonic() - began
-    return {"requests": len(samples), "errors": errors, "rps": len(samples) / elapsed,
-            "p50": pct(samples, 0.50), "p99": pct(samples, 0.99)}  # fmt: skip
-
-
-def throughput(side: Side, clients: int, seconds: float) -> dict[str, Any]:
-    """Driven from a separate process (this script with `--drive`), so the client's CPU is
-    not the server's."""
-    drive = ["--drive", str(side.port), "--path", side.path, "--headers", json.dumps(side.headers)]
-    load = ["--clients", str(clients), "--seconds", str(seconds)]
-    done = subprocess.run([sys.executable, __file__, *drive, *load], check=True,
-                          capture_output=True, text=True)  # fmt: skip
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
+    return Side("bare ASGI + SQLite", f"http://127.0.0.1:{port}/bare/ts_bench/r1/t", {}, group)
 
 
 def main() -> int:
@@ -310,8 +186,8 @@ def main() -> int:
     parser.add_argument("--drive", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.drive:
-        result = asyncio.run(_drive(args.drive, args.path, json.loads(args.headers),
-                                    args.clients, args.seconds))  # fmt: skip
+        result = asyncio.run(drive(args.drive, args.path, json.loads(args.headers),
+                                   args.clients, args.seconds))  # fmt: skip
         print(json.dumps(result))
         return 0
 
@@ -323,7 +199,7 @@ def main() -> int:
             sides.append(start_taskstate(stack, Path(tmp), args.workers, logged=True))
         print(f"load average at start: {os.getloadavg()[0]:.2f} ({os.cpu_count()} cores); "
               f"history versions kept per key: {Settings.load().history_versions}")  # fmt: skip
-        times = latency(sides, args.n)
+        times = latency(sides, args.n, ("PUT", "GET"), warm=100)
         print(f"\nlatency: one keep-alive http.client connection per server, interleaved, "
               f"n={args.n} per op and side, one key (one row)")  # fmt: skip
         figures["latency"] = latency_table(times, ("PUT", "GET"))
@@ -359,7 +235,8 @@ def main() -> int:
               f"--workers {args.workers}")  # fmt: skip
         print("| server | req/s | errors | p50 | p99 |\n|---|---:|---:|---:|---:|")
         for side in sides:
-            r = figures["throughput"][side.name] = throughput(side, args.clients, args.seconds)
+            r = throughput(__file__, side.port, side.path, side.headers, args.clients, args.seconds)
+            figures["throughput"][side.name] = r
             cells = [f"{r['rps']:.0f}", str(r["errors"]), ms(r["p50"]), ms(r["p99"])]
             print(f"| {side.name} | {' | '.join(cells)} |")
         print(f"load average at end: {os.getloadavg()[0]:.2f}")
