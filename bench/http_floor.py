@@ -42,13 +42,13 @@ from typing import Any
 
 from http_ops import (
     Side,
+    cpu_table,
     drive,
     free_port,
     latency,
     latency_table,
     ms,
     process,
-    server_cpu,
     throughput,
 )
 from record import meta, save
@@ -214,13 +214,7 @@ def main() -> int:
                 logged = p50[sides[2].name] / p50[ours.name]
                 figures[f"{op} p50 access log"] = round(logged, 2)
                 print(f"{op} p50: with the access log / without = {logged:.2f}x")
-        cpu = figures["server cpu us"] = server_cpu(sides, args.n)
-        print(
-            f"\nserver CPU per request (all its threads; n={args.n} per op and side, "
-            "in blocks, servers in turn):\n| server | PUT µs | GET µs |\n|---|---:|---:|"
-        )
-        for side in sides:
-            print(f"| {side.name} | {cpu[side.name]['PUT']:.0f} | {cpu[side.name]['GET']:.0f} |")
+        cpu = figures["server cpu us"] = cpu_table(sides, args.n)
         for op in ("PUT", "GET"):
             ratio = cpu[ours.name][op] / cpu[bare.name][op]
             figures[f"{op} cpu ratio"] = round(ratio, 2)

@@ -244,6 +244,17 @@ def server_cpu(sides: list[Side], n: int, blocks: int = 10) -> dict[str, dict[st
             for name, ops in spent.items()}  # fmt: skip
 
 
+def cpu_table(sides: list[Side], n: int) -> dict[str, dict[str, float]]:
+    """`server_cpu`, printed as a Markdown table."""
+    cpu = server_cpu(sides, n)
+    print(f"\nserver CPU per request (all its processes and threads; n={n} per op and side, "
+          "in blocks, servers in turn):")  # fmt: skip
+    print("| server | PUT µs | GET µs |\n|---|---:|---:|")
+    for side in sides:
+        print(f"| {side.name} | {cpu[side.name]['PUT']:.0f} | {cpu[side.name]['GET']:.0f} |")
+    return cpu
+
+
 async def drive(port: int, path: str, headers: dict[str, str], clients: int,
                 seconds: float) -> dict[str, Any]:  # fmt: skip
     """`clients` keep-alive HTTP/1.1 connections on asyncio streams, mixed PUT/GET of one key
@@ -356,13 +367,7 @@ def main() -> int:
                 ours, theirs = (statistics.median(times[s.name][op]) for s in sides)
                 figures[f"{op} p50 Airflow / taskstate"] = round(theirs / ours, 2)
                 print(f"{op} p50: taskstate {theirs / ours:.1f}x faster than Airflow 3.3.2")
-        cpu = figures["server cpu us"] = server_cpu(sides, args.n)
-        print(
-            f"\nserver CPU per request (all its processes and threads; n={args.n} per op and "
-            "side, in blocks, servers in turn):\n| server | PUT µs | GET µs |\n|---|---:|---:|"
-        )
-        for side in sides:
-            print(f"| {side.name} | {cpu[side.name]['PUT']:.0f} | {cpu[side.name]['GET']:.0f} |")
+        figures["server cpu us"] = cpu_table(sides, args.n)
         print(f"\nthroughput, {args.clients} keep-alive clients in another process, "
               f"mixed PUT/GET, {args.seconds:.0f} s")  # fmt: skip
         print("| server | req/s | errors | p50 | p99 |")

@@ -328,19 +328,25 @@ def test_an_interrupted_exchange_leaves_no_answer_for_the_next_request() -> None
         httpd.shutdown()
 
 
-def test_tls_is_checked_against_the_systems_trust_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An untrusted certificate is a ConfigError at once (not retried); trusted the system's
-    way (SSL_CERT_FILE), the same server answers, sync and async."""
-    cert, key = _certificate(tmp_path)  # self-signed for 127.0.0.1: in no trust store
+def _tls_fake(tmp_path: Path) -> tuple[http.server.ThreadingHTTPServer, str, Path]:
+    """A keep-alive `_Fake` answering "absent" over TLS with a self-signed certificate for
+    127.0.0.1: (the server, its store URL, the certificate)."""
+    cert, key = _certificate(tmp_path)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     _Fake.seen, _Fake.answers = [], [ABSENT]
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
     httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"https://127.0.0.1:{httpd.server_port}/taskstate"
+    return httpd, f"https://127.0.0.1:{httpd.server_port}/taskstate", cert
+
+
+def test_tls_is_checked_against_the_systems_trust_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An untrusted certificate is a ConfigError at once (not retried); trusted the system's
+    way (SSL_CERT_FILE), the same server answers, sync and async."""
+    httpd, url, cert = _tls_fake(tmp_path)  # self-signed for 127.0.0.1: in no trust store
     try:
         started = time.monotonic()
         with pytest.raises(ConfigError, match="TLS"):
@@ -401,14 +407,7 @@ def test_https_through_a_connect_tunnel_with_the_proxys_credentials(
     """`HTTPS_PROXY` with user info: a CONNECT tunnel carrying `Proxy-Authorization`, TLS to
     the server itself through it (its certificate checked), sync and async; wrong credentials
     are a ConfigError at once that shows no password."""
-    cert, key = _certificate(tmp_path)
-    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    tls.load_cert_chain(cert, key)
-    _Fake.seen, _Fake.answers = [], [ABSENT]
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
-    httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"https://127.0.0.1:{httpd.server_port}/taskstate"
+    httpd, url, cert = _tls_fake(tmp_path)
     no_proxy_set.setenv("SSL_CERT_FILE", str(cert))
     basic = "Basic " + base64.b64encode(b"me:p@ss").decode()
     try:
