@@ -57,6 +57,7 @@ def ts_bench():
 ts_bench()
 """
 VALUE = {"cursor": 0, "rows": list(range(10)), "note": "checkpoint"}
+JSON = "application/json"
 
 
 def free_port() -> int:
@@ -223,23 +224,24 @@ def latency(sides: list[Side], n: int, ops: tuple[str, str] = ("set", "get"),
 
 def server_cpu(sides: list[Side], n: int, blocks: int = 10) -> dict[str, dict[str, float]]:
     """The servers' own CPU per request (µs), by op: `blocks` rounds of n/blocks PUTs, then
-    as many GETs, on each server in turn, the server's CPU time read around each run."""
-    conns = {s.name: http.client.HTTPConnection("127.0.0.1", s.port, timeout=30) for s in sides}
+    as many GETs, on each server in turn, the server's CPU time read around each run (a
+    connection per run, opened first: an idle one may pass the server's keep-alive timeout
+    while the other server's run goes on)."""
     spent: dict[str, dict[str, int]] = {s.name: {"PUT": 0, "GET": 0} for s in sides}
     per = max(1, n // blocks)
     body = json.dumps({"value": VALUE})
     for _ in range(blocks):
         for op in ("PUT", "GET"):
             for side in sides:
-                conn, url = conns[side.name], f"{side.path}/bench-key"
-                headers = {**side.headers, "Content-Type": "application/json"}
+                conn = http.client.HTTPConnection("127.0.0.1", side.port, timeout=30)
+                conn.connect()
+                url, headers = f"{side.path}/bench-key", {**side.headers, "Content-Type": JSON}
                 before = side.cpu_ns()
                 for _ in range(per):
                     conn.request(op, url, body if op == "PUT" else None, headers)
                     conn.getresponse().read()
                 spent[side.name][op] += side.cpu_ns() - before
-    for conn in conns.values():
-        conn.close()
+                conn.close()
     return {name: {op: ns / (per * blocks) / 1000 for op, ns in ops.items()}
             for name, ops in spent.items()}  # fmt: skip
 
