@@ -98,7 +98,8 @@ def http() -> str:
         f"{versus('get')} at p50; {clients} concurrent clients got {load['rps']:,.0f} "
         f"requests/s ({load['errors']} errors, p99 {1000 * load['p99']:.0f} ms) where Airflow "
         f"3.3.2's API served {airflow['rps']:,.0f} ({airflow['errors']} errors) — both servers "
-        f"one worker on loopback, SQLite behind them ({_when(record)}; `bench/http_ops.py`)"
+        f"one worker on loopback, SQLite behind them syncing every commit ({_when(record)}; "
+        "`bench/http_ops.py`)"
     )
 
 

@@ -3,9 +3,10 @@ length bounds; every name the rules accept is stored and read back by every back
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -110,11 +111,46 @@ def test_any_text_is_refused_typed_or_round_trips_on_sqlite(
         round_trip_or_typed_error(store, dag_id, key)
 
 
-@pytest.fixture(scope="module")
-def served_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StateStore]:
-    """The store over HTTP (`tests/stores.py`): ids and keys as path segments of the API."""
+@pytest.fixture(scope="module", params=["asgi", "wsgi"])
+def served_store(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StateStore]:
+    """The store over HTTP: ids and keys as path segments of the API. `asgi`: the app `serve`
+    serves, under uvicorn (`tests/stores.py`); `wsgi`: the app the Airflow 2 plugin serves,
+    through a2wsgi under a WSGI server (werkzeug's, which like gunicorn keeps the request's
+    raw target in `RAW_URI`), mounted at `/taskstate` as the plugin's blueprint mounts it."""
+    root = tmp_path_factory.mktemp("names")
     with ExitStack() as stack:
-        yield opener("http", tmp_path_factory.mktemp("names"), time.time, stack)().store
+        if request.param == "asgi":
+            yield opener("http", root, time.time, stack)().store
+            return
+        yield stack.enter_context(_wsgi_served(root))
+
+
+@contextmanager
+def _wsgi_served(root: Path) -> Iterator[StateStore]:
+    from a2wsgi import ASGIMiddleware
+    from werkzeug.middleware.dispatcher import DispatcherMiddleware
+    from werkzeug.serving import make_server
+
+    from taskstate.api.app import create_app
+    from taskstate.api.auth import Auth
+    from taskstate.api.tokens import Claims, SigningKeys
+    from taskstate.backends.http import HttpBackend
+
+    keys = SigningKeys(["wsgi-names-test-secret-0123456789abcdefgh"])
+    with StateStore(f"sqlite:///{root}/wsgi.db") as database:
+        app = ASGIMiddleware(create_app(database, Auth.standalone(keys)))  # type: ignore[arg-type]
+        mounted = DispatcherMiddleware(lambda e, s: [], {"/taskstate": app})
+        server = make_server("127.0.0.1", 0, mounted, threaded=True)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        token = keys.issue(Claims(subject="names", admin=True))
+        backend = HttpBackend(f"http://127.0.0.1:{server.server_port}/taskstate", token=token)
+        try:
+            with StateStore(settings=Settings(), backend=backend) as store:
+                yield store
+        finally:
+            server.shutdown()
 
 
 @settings(max_examples=25)  # a handful of requests each; the examples below always run
@@ -127,7 +163,8 @@ def test_any_text_is_refused_typed_or_round_trips_over_http(
     served_store: StateStore, dag_id: str, key: str
 ) -> None:
     """Defect 6: `/`, `%`, `.`/`..` and non-ASCII ids and keys reach their own scope and key
-    through the API's paths, the discovery listings included, whatever the text."""
+    through the API's paths, the discovery listings included, whatever the text — under an
+    ASGI server and under the WSGI one Airflow 2 serves the plugin with."""
     round_trip_or_typed_error(served_store, dag_id, key)
 
 

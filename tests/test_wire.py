@@ -105,3 +105,32 @@ def test_a_lost_commit_is_a_500_the_client_never_resends() -> None:
     assert b"may or may not" in body and b"/srv" not in body
     back = wire.error_from_response(code, "OutcomeUnknownError", {"detail": "x"}, "h")
     assert type(back) is errors.OutcomeUnknownError
+
+
+@pytest.mark.parametrize("key", ["k", 'q"uo\\te', "clé/ü 🙂", "a\u2028b"])
+def test_an_entry_answered_from_its_row_is_the_decoded_entrys_json(
+    key: str, tmp_path: Path
+) -> None:
+    """The server answers a GET from the stored text (`wire.entry_json`): the same bytes the
+    decoded entry gives through the API's encoder, for task and asset keys alike, with and
+    without an expiry or a known writer."""
+    from taskstate import AssetScope, StateStore
+    from taskstate.api.errors import dumps
+    from taskstate.values import NEVER_EXPIRE
+
+    value = {"text": 'é\u2028"\\ 🙂', "n": [1, 2.5, -0.0, 10**40, True, None], "o": {}}
+    with StateStore(f"sqlite:///{tmp_path}/state.db") as store:
+        task = store.task_state(TaskScope("d", "r", "t"))
+        asset = store.asset_state(AssetScope(name="a"))
+        task.set(key, value)
+        task.set(key + "2", value, retention=NEVER_EXPIRE)
+        asset.set(key, value)
+        for accessor, render in [(task, wire.task_entry), (asset, wire.asset_entry)]:
+            for name in (key, key + "2") if accessor is task else (key,):
+                row = accessor.live_row(name)
+                assert row is not None
+                entry = store.entry_of(row)
+                assert entry is not None
+                spliced = wire.entry_json(row, expiry=accessor is task)
+                assert spliced == dumps(render(entry))
+        assert asset.live_row(key).updated_by is None  # type: ignore[union-attr]

@@ -214,6 +214,12 @@ class _Accessor:
 
     def entry(self, key: str) -> StoredEntry | None:
         """`key` with its metadata (updated at/by, expiry, etag), or None if absent or expired."""
+        row = self.live_row(key)
+        return None if row is None else self._store.entry_of(row)
+
+    def live_row(self, key: str) -> Row | None:
+        """`key`'s row as stored (its value still JSON text, maybe an offload reference), or
+        None if absent or expired: what the server answers a GET from without decoding it."""
         check_key(key)
         found = self._backend.get(self._ns, key)
         if found is None or not is_live(found.expires_at, self._clock()):
@@ -222,9 +228,8 @@ class _Accessor:
         if at is None:  # a third-party backend's `get` without it: look it up
             now = self._clock()
             rows = self._backend.rows(self._ns, now, key_prefix=key)
-            return next((self._store.entry_of(r) for r in rows if r.key == key), None)
-        row = Row(self._ns, key, found.value, found.expires_at, at, found.updated_by)
-        return self._store.entry_of(row)
+            return next((r for r in rows if r.key == key), None)
+        return Row(self._ns, key, found.value, found.expires_at, at, found.updated_by)
 
     def page(self, *, limit: int = 50, offset: int = 0, key_prefix: str = "") -> Page[StoredEntry]:
         """Live keys in ascending order, `limit` from `offset`, optionally under `key_prefix`;

@@ -5,12 +5,19 @@ from __future__ import annotations
 import http.client
 import json
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
 import httpx
 import pytest
-from tests.api.conftest import TASK, Served, key_path
+from tests.api.conftest import SECRET, TASK, Served, key_path
+from tests.api.server import running
+from tests.conftest import Clock
 
-from taskstate import TaskScope
+from taskstate import StateStore, TaskScope
+from taskstate.api.serve import standalone_app
+from taskstate.api.tokens import Claims, SigningKeys
+from taskstate.backends.offload import OffloadBackend
+from taskstate.store import REF_PREFIX
 
 NOW = datetime(2027, 1, 15, 8, 0, tzinfo=timezone.utc)  # the Clock fixture's 1_800_000_000
 SCOPE = TaskScope("d", "r", "t")
@@ -343,3 +350,23 @@ def test_every_answer_has_one_content_length(served: Served) -> None:
         response.read()
         assert len(response.msg.get_all("content-length") or []) == 1, (method, response.msg)
     conn.close()
+
+
+def test_an_offloaded_value_is_answered_from_its_object(tmp_path: Path, clock: Clock) -> None:
+    """A GET answers an inline value from the stored text; a row that holds an offload
+    reference is answered with the object's value, never the reference."""
+    big = {"rows": ["é" * 100] * 20}  # over the threshold: offloaded
+    keys = SigningKeys([SECRET])
+    offload = OffloadBackend(f"file://{tmp_path}/o", threshold=1000)
+    store = StateStore(f"sqlite:///{tmp_path}/state.db", clock=clock, worker_backend=offload)
+    with store, running(standalone_app(store, keys)) as base:
+        token = keys.issue(Claims(subject="admin", admin=True))
+        with httpx.Client(base_url=base, headers={"Authorization": f"Bearer {token}"}) as api:
+            assert api.put(f"{TASK}/big", json={"value": big}).status_code == 204
+            assert api.put(f"{TASK}/small", json={"value": [1]}).status_code == 204
+            row = store.task_state(SCOPE).live_row("big")
+            assert row is not None and row.value.startswith(REF_PREFIX)
+            got = api.get(f"{TASK}/big")
+            assert got.status_code == 200 and got.json()["value"] == big
+            assert got.headers["etag"] == api.get(f"{TASK}/big").headers["etag"]
+            assert api.get(f"{TASK}/small").json()["value"] == [1]

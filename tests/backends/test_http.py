@@ -4,6 +4,7 @@ real `taskstate serve` subprocess on loopback, and against servers that misbehav
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import http.server
 import json
@@ -23,6 +24,7 @@ from typing import ClassVar
 import httpx
 import pytest
 from tests.api.server import running
+from tests.http_proxy import running_proxy
 from tests.job_services import _certificate
 from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
@@ -31,7 +33,7 @@ from tests.test_processes import race_compare_and_set
 from taskstate import NEVER_EXPIRE, StateStore, TaskScope
 from taskstate.api.serve import standalone_app
 from taskstate.api.tokens import Claims, SigningKeys
-from taskstate.backends.http import HttpBackend, Request
+from taskstate.backends.http import HttpBackend, Request, no_proxy_covers
 from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.errors import (
@@ -327,19 +329,25 @@ def test_an_interrupted_exchange_leaves_no_answer_for_the_next_request() -> None
         httpd.shutdown()
 
 
-def test_tls_is_checked_against_the_systems_trust_store(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """An untrusted certificate is a ConfigError at once (not retried); trusted the system's
-    way (SSL_CERT_FILE), the same server answers, sync and async."""
-    cert, key = _certificate(tmp_path)  # self-signed for 127.0.0.1: in no trust store
+def _tls_fake(tmp_path: Path) -> tuple[http.server.ThreadingHTTPServer, str, Path]:
+    """A keep-alive `_Fake` answering "absent" over TLS with a self-signed certificate for
+    127.0.0.1: (the server, its store URL, the certificate)."""
+    cert, key = _certificate(tmp_path)
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
     _Fake.seen, _Fake.answers = [], [ABSENT]
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeepAlive)
     httpd.socket = tls.wrap_socket(httpd.socket, server_side=True)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"https://127.0.0.1:{httpd.server_port}/taskstate"
+    return httpd, f"https://127.0.0.1:{httpd.server_port}/taskstate", cert
+
+
+def test_tls_is_checked_against_the_systems_trust_store(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An untrusted certificate is a ConfigError at once (not retried); trusted the system's
+    way (SSL_CERT_FILE), the same server answers, sync and async."""
+    httpd, url, cert = _tls_fake(tmp_path)  # self-signed for 127.0.0.1: in no trust store
     try:
         started = time.monotonic()
         with pytest.raises(ConfigError, match="TLS"):
@@ -352,6 +360,100 @@ def test_tls_is_checked_against_the_systems_trust_store(
         assert [method for method, _, _ in _Fake.seen] == ["GET", "GET"]
     finally:
         httpd.shutdown()
+
+
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "REQUEST_METHOD")
+
+
+@pytest.fixture
+def no_proxy_set(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+        monkeypatch.delenv(name.upper(), raising=False)
+    return monkeypatch
+
+
+def test_http_through_the_proxy_the_environment_names_unless_no_proxy(
+    served: Server, no_proxy_set: pytest.MonkeyPatch
+) -> None:
+    """`HTTP_PROXY`: every request, sync and async, is asked of the proxy for its absolute
+    URL; `NO_PROXY` naming the server's host connects directly again."""
+    origin = served.url.removesuffix("/taskstate")
+    with running_proxy() as proxy:
+        no_proxy_set.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.server_port}")
+        state = _store(served.url).task_state(T)
+        state.set("k", {"via": "proxy"})
+        assert asyncio.run(state.aget("k")) == {"via": "proxy"}
+        assert state.update("k", lambda v: {**v, "n": 1}) == {"via": "proxy", "n": 1}
+        assert state.get("k") == {"via": "proxy", "n": 1}
+        carried = [(method, target) for method, target, _ in proxy.seen]
+        key = f"{origin}/taskstate/api/v2/dags/dag/dagRuns/run/taskInstances/task/state-store/k"
+        assert carried[:2] == [("PUT", f"{key}?map_index=-1"), ("GET", f"{key}?map_index=-1")]
+        assert len(carried) >= 5 and all(target.startswith(origin) for _, target in carried)
+        no_proxy_set.setenv("NO_PROXY", "example.com, 127.0.0.1")
+        before = len(proxy.seen)
+        assert _store(served.url).task_state(T).get("k") == {"via": "proxy", "n": 1}
+        assert len(proxy.seen) == before
+    with running_proxy(authorization="Basic bWU6eA==") as proxy:
+        no_proxy_set.delenv("NO_PROXY")
+        no_proxy_set.setenv("HTTP_PROXY", f"http://me:wrong@127.0.0.1:{proxy.server_port}")
+        with pytest.raises(ConfigError, match="407") as refused:
+            _store(served.url).task_state(T).get("k")
+        assert "wrong" not in str(refused.value)
+
+
+def test_https_through_a_connect_tunnel_with_the_proxys_credentials(
+    tmp_path: Path, no_proxy_set: pytest.MonkeyPatch
+) -> None:
+    """`HTTPS_PROXY` with user info: a CONNECT tunnel carrying `Proxy-Authorization`, TLS to
+    the server itself through it (its certificate checked), sync and async; wrong credentials
+    are a ConfigError at once that shows no password."""
+    httpd, url, cert = _tls_fake(tmp_path)
+    no_proxy_set.setenv("SSL_CERT_FILE", str(cert))
+    basic = "Basic " + base64.b64encode(b"me:p@ss").decode()
+    try:
+        with running_proxy(authorization=basic) as proxy:
+            port = proxy.server_port
+            no_proxy_set.setenv("HTTPS_PROXY", f"http://me:p%40ss@127.0.0.1:{port}")
+            state = _store(url).task_state(T)
+            assert state.get("k", "absent") == "absent"
+            assert asyncio.run(state.aget("k", "absent")) == "absent"
+            tunnels = [(m, target, auth) for m, target, auth in proxy.seen]
+            assert tunnels == [("CONNECT", f"127.0.0.1:{httpd.server_port}", basic)] * 2
+            assert [method for method, _, _ in _Fake.seen] == ["GET", "GET"]
+            assert all("Proxy-Authorization" not in headers for _, _, headers in _Fake.seen)
+            no_proxy_set.setenv("HTTPS_PROXY", f"http://me:wrong@127.0.0.1:{port}")
+            started = time.monotonic()
+            with pytest.raises(ConfigError, match="407") as refused:
+                _store(url).task_state(T).get("k")
+            assert time.monotonic() - started < 10  # not retried for the window
+            assert "wrong" not in str(refused.value) and f":{port}" in str(refused.value)
+            no_proxy_set.setenv("HTTPS_PROXY", f"socks5://127.0.0.1:{port}")
+            with pytest.raises(ConfigError, match="not an http:// proxy"):
+                _store(url)
+    finally:
+        httpd.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("no_proxy", "hostport", "covered"),
+    [
+        ("*", "anything:1", True),
+        ("example.com", "api.example.com:443", True),
+        (".example.com", "example.com", True),
+        ("*.example.com", "a.b.example.com", True),
+        ("example.com", "notexample.com", False),
+        ("10.0.0.0/8", "10.1.2.3:8765", True),
+        ("10.0.0.0/8", "11.0.0.1", False),
+        ("::1", "[::1]:8765", True),
+        ("[::1]:9000", "[::1]:8765", False),
+        ("host:8765", "host:8765", True),
+        ("host:8765", "host:80", False),
+        (" , ", "host", False),
+    ],
+)
+def test_no_proxy_reads_as_requests_reads_it(no_proxy: str, hostport: str, covered: bool) -> None:
+    assert no_proxy_covers(no_proxy, hostport) is covered
 
 
 def test_a_server_that_never_answers_is_a_timeout_and_a_write_is_not_resent() -> None:

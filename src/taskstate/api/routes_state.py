@@ -50,6 +50,7 @@ from taskstate.errors import (
 )
 from taskstate.scope import AssetScope, TaskScope
 from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
+from taskstate.stored import etag_of, stored_ref
 from taskstate.wire import (
     EXPIRES_AT,
     EXPIRES_IN,
@@ -57,6 +58,7 @@ from taskstate.wire import (
     WRITE_ID,
     WRITE_ID_HEADER,
     asset_entry,
+    entry_json,
     quoted,
     task_entry,
 )
@@ -145,9 +147,9 @@ class StateRoutes:
 
 def _raw_path(scope: Scope) -> bytes:
     """The path as the client sent it, below the app's mount point."""
-    raw: bytes | None = scope.get("raw_path")
+    raw: bytes | None = scope.get("raw_path") or _wsgi_raw_path(scope)
     root = scope.get("root_path", "")
-    if raw is None:  # a server that keeps no raw path (a2wsgi under Airflow 2's webserver)
+    if raw is None:  # a server that keeps no raw path
         return quote(scope["path"][len(root) :]).encode()
     raw = raw.split(b"?", 1)[0]
     if root:
@@ -158,6 +160,27 @@ def _raw_path(scope: Scope) -> bytes:
             return quote(scope["path"][len(root) :]).encode()
         return raw[len(root.encode()) :]
     return raw
+
+
+def _wsgi_raw_path(scope: Scope) -> bytes | None:
+    """Under a WSGI server (Airflow 2's webserver: gunicorn, through a2wsgi, which passes no
+    `raw_path`), the request target as sent, from the environ's `RAW_URI` (gunicorn, werkzeug)
+    or `REQUEST_URI`; None when there is none, or it is not the path the server decoded."""
+    environ = scope.get("wsgi_environ")
+    if not environ:
+        return None
+    uri = environ.get("RAW_URI") or environ.get("REQUEST_URI")
+    if not isinstance(uri, str):
+        return None
+    if uri.startswith(("http://", "https://")):  # a request target in absolute form
+        uri = "/" + uri.split("://", 1)[1].partition("/")[2]
+    path = uri.split("?", 1)[0]
+    try:
+        raw = path.encode("latin-1")  # WSGI's str holds the bytes as latin-1
+    except UnicodeEncodeError:
+        return None
+    # The same request's path (no rewrite between the server and here)?
+    return raw if unquote_to_bytes(path).decode("utf-8", "replace") == scope["path"] else None
 
 
 def _match(path: bytes | None, by_id: bool) -> tuple[str, list[bytes], bytes | None] | None:
@@ -221,7 +244,7 @@ def _unprocessable(loc: tuple[str | int, ...], message: str) -> NoReturn:
 def _text(raw: bytes, name: str) -> str:
     """One percent-decoded path part, strictly UTF-8."""
     try:
-        return unquote_to_bytes(raw).decode("utf-8")
+        return (unquote_to_bytes(raw) if b"%" in raw else raw).decode("utf-8")
     except UnicodeDecodeError:
         _unprocessable(
             ("path", name), f"the {name} is not valid UTF-8 once percent-decoded; encode "
@@ -529,15 +552,23 @@ def _missing(address: Address) -> str:
 
 
 async def _get(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
-    """One key with its `ETag`; 304 when the client's copy is current; 404 when absent."""
-    entry = await call_store(ctx, _accessor(ctx, a).entry, a.key)
-    if entry is None:  # typed: the client tells "no such key" from "no such route"
+    """One key with its `ETag`; 304 when the client's copy is current; 404 when absent. An
+    inline value is answered from the stored JSON text, never decoded (`wire.entry_json`)."""
+    row = await call_store(ctx, _accessor(ctx, a).live_row, a.key)
+    if row is None:  # typed: the client tells "no such key" from "no such route"
         raise KeyNotFoundError(_missing(a))
+    etag = etag_of(row.value, row.expires_at, row.updated_by, row.updated_at)
     if_none_match = request.headers.get("if-none-match")
     if if_none_match is not None:
         tags = _tags(if_none_match)
-        if entry.etag in tags or tags == ["*"]:
-            return 304, b"", [(b"etag", quoted(entry.etag).encode())]
+        if etag in tags or tags == ["*"]:
+            return 304, b"", [(b"etag", quoted(etag).encode())]
+    if stored_ref(row.value) is None:
+        body = entry_json(row, expiry=a.route == "task")
+        return 200, body, [(b"content-type", b"application/json"), (b"etag", quoted(etag).encode())]
+    entry = await call_store(ctx, ctx.store.entry_of, row)  # offloaded: read its object
+    if entry is None:  # deleted while being read
+        raise KeyNotFoundError(_missing(a))
     render = task_entry if a.route == "task" else asset_entry
     return _json(render(entry), entry.etag)
 

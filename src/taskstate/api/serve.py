@@ -46,7 +46,8 @@ def standalone_app(
     store: StateStore, keys: SigningKeys | None, *, access_log: bool = False
 ) -> ASGIApp:
     """The app at `/taskstate`, authenticated by taskstate tokens (open without a key);
-    `access_log`: a `taskstate.access` line per request (`taskstate.api.logs`)."""
+    `access_log`: a `taskstate.access` line per request, this process's lines written behind
+    the requests (`taskstate.api.logs`)."""
     from starlette.applications import Starlette
     from starlette.routing import Mount
 
@@ -62,9 +63,10 @@ def standalone_app(
     if keys is None:
         served = LoopbackHostOnly(served)
     if access_log:  # outermost: refusals (421, control characters) are logged too
-        from taskstate.api.logs import AccessLog
+        from taskstate.api.logs import AccessLog, write_behind
 
         served = AccessLog(served)
+        write_behind()  # the access and audit lines, off the request path
     return served
 
 

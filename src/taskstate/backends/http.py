@@ -22,7 +22,11 @@ The transport, picked by measurement (`bench/http_transport.py`): the standard l
 `http.client` with one keep-alive connection per thread (a forked child opens its own), for
 every synchronous call; httpx only for the async twins (an `AsyncClient` per event loop), and
 imported only by them. Both check the server's certificate against the system's trust store
-(`ssl.create_default_context()`) and connect directly (no proxy from the environment).
+(`ssl.create_default_context()`), and both go through the proxy the environment names, as
+requests and httpx read it (`environment_proxy`: `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY`,
+unless `NO_PROXY` covers the host): an `https://` store through a CONNECT tunnel (TLS end to
+end, the server's certificate checked), an `http://` one by asking the proxy for the absolute
+URL.
 
 The URL's user info (`https://user:pass@host/...`) is neither printed nor sent: the bearer
 token is the credential.
@@ -31,8 +35,10 @@ token is the credential.
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
 import http.client
+import ipaddress
 import json
 import os
 import random
@@ -43,8 +49,9 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, Protocol
-from urllib.parse import quote, urlencode
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
+from urllib.parse import quote, unquote, urlencode, urlsplit
+from urllib.request import getproxies_environment
 
 from taskstate import wire
 from taskstate.backends.base import Entry, Row, SchemaStatus, StateBackend
@@ -136,6 +143,81 @@ class NoAnswer(Exception):
         self.sent = sent
 
 
+class Proxy(NamedTuple):
+    """A proxy the environment names: where to connect, and its credentials' header."""
+
+    hostport: str
+    authorization: str | None  # the Proxy-Authorization header, from the proxy URL's user info
+    url: str  # as given (httpx takes it so), credentials included
+    shown: str  # for messages: its password hidden
+
+
+def environment_proxy(scheme: str, hostport: str) -> Proxy | None:
+    """The proxy for `scheme://hostport` the environment names, as requests and httpx read it:
+    `<scheme>_proxy`, else `all_proxy` (lower case before upper case; `HTTP_PROXY` is ignored
+    in a CGI request), unless `no_proxy` covers the host (`no_proxy_covers`). Only `http://`
+    proxies are spoken to (a `socks5://` or `https://` proxy is a `ConfigError`)."""
+    proxies = getproxies_environment()
+    url = proxies.get(scheme) or proxies.get("all")
+    if not url or no_proxy_covers(proxies.get("no", ""), hostport):
+        return None
+    if "://" not in url:
+        url = "http://" + url  # `proxy:3128`, as requests reads it
+    shown = redact_url(url)
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ConfigError(
+            f"the proxy {shown!r} (from the {scheme}_proxy / all_proxy environment variable) is "
+            "not an http:// proxy; taskstate's client speaks to http:// proxies only: set "
+            f"no_proxy to the taskstate server's host to connect directly"
+        )
+    authorization = None
+    if parts.username is not None:
+        user_pass = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        authorization = "Basic " + base64.b64encode(user_pass.encode()).decode("ascii")
+    port = parts.port or 80
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return Proxy(f"{host}:{port}", authorization, url, shown)
+
+
+def no_proxy_covers(no_proxy: str, hostport: str) -> bool:
+    """Whether `no_proxy` (comma-separated) covers `hostport`: `*`; a host name, which covers
+    its subdomains too (`example.com`, `.example.com`, `*.example.com`); an IP address or a
+    network (`10.0.0.0/8`); any of them with `:port` for that port only."""
+    parts = urlsplit(f"//{hostport}")
+    host, port = (parts.hostname or "").lower(), parts.port
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    for entry in (e.strip().lower() for e in no_proxy.split(",")):
+        if entry == "*":
+            return True
+        if not entry:
+            continue
+        name, entry_port = entry, None
+        if entry.startswith("[") or (entry.count(":") == 1 and not entry.endswith("]")):
+            split = urlsplit(f"//{entry}")
+            try:
+                name, entry_port = split.hostname or "", split.port
+            except ValueError:
+                continue
+        if entry_port is not None and entry_port != port:
+            continue
+        name = name.strip("[]")
+        if address is not None:
+            try:
+                if address in ipaddress.ip_network(name, strict=False):
+                    return True
+            except ValueError:
+                pass
+            continue
+        name = name.removeprefix("*").removeprefix(".")
+        if host == name or host.endswith("." + name):
+            return True
+    return False
+
+
 class _ThreadConnection(threading.local):
     """This thread's keep-alive connection, and the process that opened it."""
 
@@ -196,6 +278,9 @@ class HttpClient:
         self._connect_timeout = min(timeout, 5.0)
         self.retry_window = retry_window
         self._tls: ssl.SSLContext | None = None
+        self.proxy = environment_proxy(scheme, hostport)
+        # Who the messages name: the server, and the proxy in between.
+        self.label = hostport if self.proxy is None else f"{hostport} via {self.proxy.shown}"
         self._local = _ThreadConnection()
         self._open: weakref.WeakSet[http.client.HTTPConnection] = weakref.WeakSet()
         self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
@@ -231,13 +316,20 @@ class HttpClient:
             if conn.sock is not None and not _dropped(conn.sock):
                 return conn
             conn.close()
+        proxy = self.proxy
+        to = self.host if proxy is None else proxy.hostport
         conn = (
             http.client.HTTPSConnection(
-                self.host, timeout=self._connect_timeout, context=self._tls_context()
+                to, timeout=self._connect_timeout, context=self._tls_context()
             )
             if self._https
-            else http.client.HTTPConnection(self.host, timeout=self._connect_timeout)
+            else http.client.HTTPConnection(to, timeout=self._connect_timeout)
         )
+        if proxy is not None and self._https:  # CONNECT, then TLS with the server itself
+            auth = (
+                {} if proxy.authorization is None else {"Proxy-Authorization": proxy.authorization}
+            )
+            conn.set_tunnel(self.host, headers=auth)
         local.connection, local.pid = None, os.getpid()
         try:
             conn.connect()  # raises before anything is sent
@@ -256,11 +348,17 @@ class HttpClient:
         try:
             conn = self._connection()
         except OSError as exc:  # refused, unreachable, no such name, TLS handshake, timeout
+            if str(exc).startswith("Tunnel connection failed: 407"):  # http.client's CONNECT
+                self._proxy_refused("407")
             raise NoAnswer(exc, sent=False) from exc
         try:
-            conn.request(
-                request.method, self._target(request), request.body, self._headers(request)
-            )
+            target, headers = self._target(request), self._headers(request)
+            proxy = self.proxy
+            if proxy is not None and not self._https:  # the proxy is asked for the whole URL
+                target = self._origin + target
+                if proxy.authorization is not None:
+                    headers["Proxy-Authorization"] = proxy.authorization
+            conn.request(request.method, target, request.body, headers)
             answer = conn.getresponse()
             content = answer.read()
         except BaseException as exc:
@@ -285,7 +383,7 @@ class HttpClient:
 
     def send(self, request: Request) -> Response:
         """Send with the retry rule; the checked answer (an error status raises)."""
-        retry = Retry(self.host, self.retry_window if request.retry else 0.0)
+        retry = Retry(self.label, self.retry_window if request.retry else 0.0)
         while True:
             try:
                 response = self._exchange(request)
@@ -306,7 +404,12 @@ class HttpClient:
         loop = asyncio.get_running_loop()
         if self._async is None or self._async[0] is not loop:
             timeout = httpx.Timeout(self._timeout, connect=self._connect_timeout)
-            client = httpx.AsyncClient(timeout=timeout, verify=self._tls_context(), trust_env=False)
+            client = httpx.AsyncClient(
+                timeout=timeout,
+                verify=self._tls_context(),
+                proxy=None if self.proxy is None else self.proxy.url,  # the same as the sync one
+                trust_env=False,
+            )
             self._async = (loop, client)
         return self._async[1]
 
@@ -327,7 +430,7 @@ class HttpClient:
 
     async def asend(self, request: Request) -> Response:
         """`send` for async code, on the event loop's own connections."""
-        retry = Retry(self.host, self.retry_window if request.retry else 0.0)
+        retry = Retry(self.label, self.retry_window if request.retry else 0.0)
         while True:
             try:
                 response = await self._aexchange(request)
@@ -356,9 +459,19 @@ class HttpClient:
             raise wire.error_from_response(
                 code, response.headers.get(wire.ERROR_HEADER), body, where
             )
+        if code == 407:
+            self._proxy_refused("407")
         if code in (401, 403, 413) or code in TRANSIENT:
             raise wire.error_from_response(code, None, response.text[:200], where)
         self._not_this_api(response, where)
+
+    def _proxy_refused(self, status: str) -> NoReturn:
+        shown = "the proxy" if self.proxy is None else f"the proxy {self.proxy.shown}"
+        raise ConfigError(
+            f"{shown} refused to carry requests to {self.host} ({status} Proxy Authentication "
+            "Required): give its credentials in the proxy variable "
+            "(http://user:password@proxy:port), or set no_proxy to connect directly"
+        )
 
     def _not_this_api(self, response: Response, where: str) -> NoReturn:
         kind = response.headers.get("content-type", "no content type")
