@@ -14,7 +14,7 @@ from taskstate.errors import (
     UnsupportedValueTypeError,
 )
 from taskstate.scope import ASSET_PREFIX, task_prefix
-from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
+from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY, Page
 
 T = TaskScope("dag", "run", "task")
 DAY = 86400.0
@@ -27,13 +27,17 @@ def test_page_lists_live_keys_in_order_with_totals(store: StateStore, clock: Clo
     state.write("expired", 1, expires_at=clock.now - 1)
     store.task_state(TaskScope("dag", "run", "task", 10)).set("a", "other index")
     page = state.page(limit=2, offset=1)
-    assert ([e.key for e in page.items], page.total) == (["ab", "b"], 4)
+    # "c" follows: the total is a lower bound (offset + limit + 1) unless counted on request.
+    assert ([e.key for e in page.items], page.total, page.exact) == (["ab", "b"], 4, False)
+    assert (state.page(limit=1, exact_total=True).total, state.page(limit=3).total) == (4, 4)
+    assert state.page(limit=1).exact is False and state.page(limit=4).exact is True
     prefixed = state.page(key_prefix="a")
-    assert ([(e.key, e.value) for e in prefixed.items], prefixed.total) == (
+    assert ([(e.key, e.value) for e in prefixed.items], prefixed.total, prefixed.exact) == (
         [("a", "A"), ("ab", "AB")],
         2,
+        True,
     )
-    assert state.page(offset=10).items == []
+    assert state.page(offset=10) == Page([], 4, True)
 
 
 def test_entries_carry_metadata_and_the_writer(store: StateStore, clock: Clock) -> None:

@@ -49,6 +49,15 @@ def _statements(store: StateStore, trace: Callable[[Callable[[], object]], list[
     """Every point operation through the store: one statement each (atomic ones: their lock,
     read and write, in one transaction), each naming the one key."""
     state = store.task_state(BIG)
+    # A first page is one query of `limit + 1` rows, whatever the scope holds: no count of its
+    # 2,000 keys (the total says "more than 50"); an exact total is asked for, and costs one.
+    page = state.page(limit=50)
+    assert (len(page.items), page.total, page.exact) == (50, 51, False)
+    for exact_total, queries in ((False, 1), (True, 2)):
+        sent = trace(lambda: state.page(limit=50, exact_total=exact_total))  # noqa: B023
+        assert len(sent) == queries, (exact_total, sent)
+        assert ("count(" in " ".join(sent).lower()) == exact_total, sent
+    assert state.page(limit=50, exact_total=True).total == BIG_KEYS
     expected = {
         "get": (lambda: state.get("key_00500"), 1),
         "entry": (lambda: state.entry("key_00500"), 1),
@@ -99,6 +108,31 @@ def test_sqlite_point_operations_send_one_statement_for_one_key(sqlite_url: str)
         _statements(store, trace)
 
 
+def test_sqlite_first_page_costs_the_page_not_the_scope(sqlite_url: str) -> None:
+    """Complexity, not speed: the SQLite VM instructions a first page runs (counted with a
+    progress handler) are about the same for the 2,000-key task instance as for a 10-key one."""
+    with StateStore(sqlite_url, settings=_NO_HISTORY, clock=lambda: NOW) as store:
+        conn = store.backend._conn()  # type: ignore[attr-defined]
+
+        def steps(scope: TaskScope, **page: Any) -> int:
+            ticks = [0]
+
+            def tick() -> int:
+                ticks[0] += 1
+                return 0
+
+            conn.set_progress_handler(tick, 10)
+            try:
+                store.task_state(scope).page(limit=10, **page)
+            finally:
+                conn.set_progress_handler(None, 0)
+            return ticks[0]
+
+        small = steps(TaskScope("dag_007", "run_2", "task_4"))  # 10 keys
+        assert steps(BIG) <= 2 * small
+        assert steps(BIG, exact_total=True) > 10 * small  # the control: counting is O(keys)
+
+
 def _sqlite_plan(conn: Any, sql: str, params: dict[str, Any]) -> str:
     return "\n".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
@@ -138,8 +172,9 @@ def test_discovery_counts_stop_past_10000_keys(tmp_path: Any) -> None:
         found = store.discovery()
         assert found.dags().items == [("dag", KEY_COUNT_CAP + 1)]
         assert found.task_instances("dag", "run").items == [("task", -1, KEY_COUNT_CAP + 1)]
-        # A listing's own total stays exact.
-        assert store.task_state(TaskScope("dag", "run", "task")).page().total == 10_050
+        # A listing's own total is exact when asked for.
+        state = store.task_state(TaskScope("dag", "run", "task"))
+        assert state.page(exact_total=True).total == 10_050
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------

@@ -57,6 +57,13 @@ class LastUpdatedBy(BaseModel):
     )
 
 
+_TOTAL = "Every match when `exact_total`; else a lower bound, `offset + limit + 1`."
+_EXACT = (
+    "False: more keys follow this page and `total_entries` was not counted to the end (a page "
+    "costs O(offset + limit)); ask `exact_total=true` for the count."
+)
+
+
 class TaskStateEntry(BaseModel):
     key: str
     value: Any
@@ -67,7 +74,8 @@ class TaskStateEntry(BaseModel):
 
 class TaskStateCollection(BaseModel):
     task_state_store: list[TaskStateEntry]
-    total_entries: int
+    total_entries: int = Field(description=_TOTAL)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class AssetStateEntry(BaseModel):
@@ -79,7 +87,8 @@ class AssetStateEntry(BaseModel):
 
 class AssetStateCollection(BaseModel):
     asset_state_store: list[AssetStateEntry]
-    total_entries: int
+    total_entries: int = Field(description=_TOTAL)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class DagSummary(BaseModel):
