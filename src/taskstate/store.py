@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -440,14 +441,13 @@ class StateStore:
     # -- offloaded objects --------------------------------------------------------------------
 
     def _refs(self, prefix: str, *, exact: bool = False) -> list[str]:
-        """References held by the rows under `prefix`, read before those rows are deleted."""
+        """References held by the rows under `prefix` (`exact`: of namespace `prefix` only),
+        expired ones too, read before those rows are deleted: an index range of that
+        namespace (map index 1's never reads map index 10's rows), or of the prefix."""
         if self.worker_backend is None:
             return []
-        return [
-            ref
-            for row in self.backend.scan(prefix)
-            if (not exact or row.namespace == prefix) and (ref := stored_ref(row.value))
-        ]
+        rows = self.backend.rows(prefix, -math.inf) if exact else self.backend.scan(prefix)
+        return [ref for row in rows if (ref := stored_ref(row.value))]
 
     def _discard_superseded(self, refs: list[str]) -> None:
         """Remove the objects of rows just deleted or replaced, unless history keeps them (a

@@ -19,6 +19,7 @@ from tests.expired_rows import load_rows
 from taskstate import StateStore, TaskScope
 from taskstate.backends import postgres as pg
 from taskstate.backends import sqlite as lite
+from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.postgres import PostgresBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.discovery import KEY_COUNT_CAP
@@ -133,6 +134,29 @@ def test_sqlite_first_page_costs_the_page_not_the_scope(sqlite_url: str) -> None
         assert steps(BIG, exact_total=True) > 10 * small  # the control: counting is O(keys)
 
 
+def test_clearing_a_map_index_with_offloading_reads_only_its_own_rows(tmp_path: Any) -> None:
+    """The references to discard are read from the namespace itself (one index range), not
+    from every namespace it prefixes: map index 1 never reads map index 10's rows."""
+    worker = OffloadBackend(f"file://{tmp_path}/objects", keep_versions_s=0)
+    url = f"sqlite:///{tmp_path}/state.db"
+    with StateStore(url, settings=_NO_HISTORY, worker_backend=worker, clock=lambda: NOW) as store:
+        for index in (1, 10, 11):
+            store.task_state(TaskScope("dag", "run", "task", index)).set("k", {"index": index})
+        objects = {p.name for p in (tmp_path / "objects").rglob("*") if p.is_file()}
+        conn = store.backend._conn()  # type: ignore[attr-defined]
+        sent: list[str] = []
+        conn.set_trace_callback(sent.append)
+        try:
+            store.task_state(TaskScope("dag", "run", "task", 1)).clear()
+        finally:
+            conn.set_trace_callback(None)
+        reads = [s for s in sent if s.lstrip().upper().startswith("SELECT")]
+        assert len(reads) == 1 and "namespace = " in reads[0] and "namespace >=" not in reads[0]
+        left = {p.name for p in (tmp_path / "objects").rglob("*") if p.is_file()}
+        assert len(objects) == 3 and len(left) == 2 and left < objects  # index 1's went
+        assert store.task_state(TaskScope("dag", "run", "task", 10)).get("k") == {"index": 10}
+
+
 def _sqlite_plan(conn: Any, sql: str, params: dict[str, Any]) -> str:
     return "\n".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
@@ -161,6 +185,40 @@ def test_sqlite_listings_and_discovery_seek_the_primary_key(sqlite_url: str) -> 
     assert backend.count(ns, NOW, exact=True) == BIG_KEYS
     assert len(backend.groups("t\x1f", NOW)) == 40
     backend.close()
+
+
+def test_discovery_finds_only_what_its_page_needs(sqlite_url: str) -> None:
+    """A first page of DAGs seeks `limit + 1` of the 40 DAGs (the one past the page says more
+    follow): fewer VM steps than finding all of them; the total is then a lower bound."""
+    with StateStore(sqlite_url, settings=_NO_HISTORY, clock=lambda: NOW) as store:
+        found = store.discovery()
+        first = found.dags(limit=5)  # (dag_000 to dag_039: `_rows`)
+        assert ([d for d, _ in first.items], first.total, first.exact) == (
+            ["dag_000", "dag_001", "dag_002", "dag_003", "dag_004"],
+            6,
+            False,
+        )
+        last = found.dags(limit=10, offset=35)
+        assert (len(last.items), last.total, last.exact) == (5, 40, True)
+        assert (found.dags(limit=0).total, found.assets(limit=0).total) == (40, 200)
+        assert (found.assets(limit=3).total, found.runs("dag_001", limit=3).total) == (4, 4)
+        conn = store.backend._conn()  # type: ignore[attr-defined]
+
+        def steps(limit: int) -> int:
+            ticks = [0]
+
+            def tick() -> int:
+                ticks[0] += 1
+                return 0
+
+            conn.set_progress_handler(tick, 10)
+            try:
+                store.backend.groups("t\x1f", NOW, limit=limit)
+            finally:
+                conn.set_progress_handler(None, 0)
+            return ticks[0]
+
+        assert 4 * steps(4) < steps(-1)  # the skip scan stops: 4 seeks, not 40
 
 
 def test_discovery_counts_stop_past_10000_keys(tmp_path: Any) -> None:
@@ -284,10 +342,14 @@ def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: st
             ),
             (
                 pg._GROUPS[False],
-                {"lo": "t\x1f", "hi": "t ", "n": 2, "like": "", **live},
+                {"lo": "t\x1f", "hi": "t ", "n": 2, "like": "", "limit": 51, **live},
                 f"{pg.TABLE}_order",
             ),
-            (pg._GROUPS[True], {**dag_range, "n": len(dag), "like": ""}, f"{pg.TABLE}_order"),
+            (
+                pg._GROUPS[True],
+                {**dag_range, "n": len(dag), "like": "", "limit": None},
+                f"{pg.TABLE}_order",
+            ),
         ]:
             nodes = _pg_plan(conn, sql, params)
             on_table = [n for n in nodes if f" {pg.TABLE} " in n]

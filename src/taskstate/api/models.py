@@ -58,9 +58,10 @@ class LastUpdatedBy(BaseModel):
 
 
 _TOTAL = "Every match when `exact_total`; else a lower bound, `offset + limit + 1`."
+_FOUND = "Every item when `exact_total`; else a lower bound, `offset + limit + 1`."
 _EXACT = (
-    "False: more keys follow this page and `total_entries` was not counted to the end (a page "
-    "costs O(offset + limit)); ask `exact_total=true` for the count."
+    "False: more follow this page and `total_entries` was not counted to the end (a page "
+    "costs O(offset + limit)); a state listing counts them on `exact_total=true`."
 )
 
 
@@ -100,7 +101,8 @@ class DagSummary(BaseModel):
 
 class DagCollection(BaseModel):
     dags: list[DagSummary]
-    total_entries: int
+    total_entries: int = Field(description=_FOUND)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class DagRunSummary(BaseModel):
@@ -110,7 +112,8 @@ class DagRunSummary(BaseModel):
 
 class DagRunCollection(BaseModel):
     dag_runs: list[DagRunSummary]
-    total_entries: int
+    total_entries: int = Field(description=_FOUND)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class TaskInstanceSummary(BaseModel):
@@ -121,7 +124,8 @@ class TaskInstanceSummary(BaseModel):
 
 class TaskInstanceCollection(BaseModel):
     task_instances: list[TaskInstanceSummary]
-    total_entries: int
+    total_entries: int = Field(description=_FOUND)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class AssetSummary(BaseModel):
@@ -131,7 +135,8 @@ class AssetSummary(BaseModel):
 
 class AssetCollection(BaseModel):
     assets: list[AssetSummary]
-    total_entries: int
+    total_entries: int = Field(description=_FOUND)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class Health(BaseModel):

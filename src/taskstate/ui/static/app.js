@@ -219,8 +219,8 @@
         i === items.length - 1 ? h("span", { "aria-current": "page" }, label) : h("a", { href: link }, label)))));
   }
 
-  // `exact` false (a state listing's `exact_total`): more entries follow and `total` is only a
-  // lower bound — the server did not count them all, so the page costs what it shows.
+  // `exact` false (a listing's `exact_total`): more entries follow and `total` is only a lower
+  // bound — the server did not count them all, so the page costs what it shows.
   function pager(total, offset, onMove, exact = true) {
     if (exact && total <= PAGE_SIZE && offset === 0) return h("div", { class: "ts-pager" }, `${total} ${total === 1 ? "entry" : "entries"}`);
     const last = Math.min(offset + PAGE_SIZE, total);
@@ -406,7 +406,7 @@
       dagRows.length ? table("DAGs with task state", ["DAG", "Keys"], dagRows)
         : h("p", { class: "ts-empty" }, search ? `No DAG you may see has "${search}" in its id.` : "No task state yet."),
       search ? h("div", { class: "ts-pager" }, `${listed.length} ${listed.length === 1 ? "DAG matches" : "DAGs match"}`)
-        : pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }),
+        : pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }, dags.exact_total !== false),
       h("h2", { id: "ts-assets" }, "Assets with state"),
       assetRows.length ? table("Assets with state", ["Asset", "Keys"], assetRows) : h("p", { class: "ts-empty" }, "No asset state yet."));
   }
@@ -419,7 +419,7 @@
       crumbs([["State", href({})], ["Assets"]]),
       h("h1", {}, "Assets with state"), status, alertBox,
       rows.length ? table("Assets with state", ["Asset", "Keys"], rows) : h("p", { class: "ts-empty" }, "No asset state yet."),
-      pager(assets.total_entries, offset, (o) => { location.search = href({ view: "assets", offset: o }); }));
+      pager(assets.total_entries, offset, (o) => { location.search = href({ view: "assets", offset: o }); }, assets.exact_total !== false));
   }
 
   async function runsView(dagId) {
@@ -432,7 +432,7 @@
       rows.length ? table("Runs", ["Run", "Keys"], rows) : h("p", { class: "ts-empty" }, sessionStorage.getItem(TOKEN_KEY) || cfg.login
         ? "No run of this DAG holds state that you may see: it holds none, or your token or role does not cover this DAG."
         : "No run of this DAG holds state."),
-      pager(runs.total_entries, offset, (o) => { location.search = href({ dag_id: dagId, offset: o }); }));
+      pager(runs.total_entries, offset, (o) => { location.search = href({ dag_id: dagId, offset: o }); }, runs.exact_total !== false));
   }
 
   async function allTaskInstances(dagId, runId) {
