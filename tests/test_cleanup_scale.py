@@ -18,7 +18,7 @@ from tests.expired_rows import KEPT_EACH, load
 from taskstate import StateStore, TaskScope
 from taskstate.settings import Settings
 
-EXPIRED = 55_000  # 5 full batches of 10,000 and a partial one
+EXPIRED = 55_000  # at least 5 full batches of 10,000 and a partial one
 
 
 @pytest.mark.slow
@@ -42,7 +42,8 @@ def test_clean_deletes_expired_rows_in_batches_and_keeps_the_rest(
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert (result["expired"], result["deleted"]) == (EXPIRED, EXPIRED)
-    assert result["batches"] == EXPIRED // 10000 + 1
+    # Paced: batches start at 1,000 rows and grow while fast, never past 10,000.
+    assert result["batches"] >= EXPIRED // 10000 + 1
     with StateStore(url, settings=Settings()) as store:
         left = sorted(row.key.rstrip("0123456789") for row in store.backend.scan())
     assert left == ["fresh"] * KEPT_EACH + ["key"] * KEPT_EACH + ["never"] * KEPT_EACH
@@ -95,6 +96,6 @@ def test_clean_in_batches_does_not_stall_a_concurrent_writer(
     writer.join(60)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
-    assert (result["deleted"], result["batches"]) == (STALL_ROWS, STALL_ROWS // STALL_BATCH + 1)
+    assert result["deleted"] == STALL_ROWS and result["batches"] >= STALL_ROWS // STALL_BATCH + 1
     assert writer.exitcode == 0 and writes > 0 and last == {"n": writes - 1}
     assert worst < STALL_BOUND_S, f"a set waited {worst:.2f}s during cleanup"

@@ -7,6 +7,8 @@ import pytest
 from tests.conftest import Clock
 
 from taskstate import AssetScope, StateStore, TaskScope
+from taskstate.backends.base import Row
+from taskstate.cleanup import delete_expired
 from taskstate.errors import (
     InvalidValueError,
     KeyNotFoundError,
@@ -175,3 +177,18 @@ def test_import_entries_is_all_or_nothing(store: StateStore, clock: Clock) -> No
     assert store.task_state(T).get("existing") == "old"
     assert store.import_entries([(T, "existing", "new", None, None, None)]) == 1
     assert store.task_state(T).get("existing") == "new"
+
+
+def test_cleanup_batches_start_small_and_never_pass_the_batch_size(
+    store: StateStore, clock: Clock
+) -> None:
+    """Paced cleanup: the first batch is 1,000 rows whatever the batch size (a writer waits
+    for one batch at most), later ones grow while fast and never pass the size asked for."""
+    ns = TaskScope("d", "r", "t").namespace
+    store.backend.set_many(
+        [Row(ns, f"k{i:05}", "1", clock.now - 1, clock.now) for i in range(5_000)]
+    )
+    sizes: list[int] = []
+    result = delete_expired(store.backend, clock.now, batch_size=2_000, on_batch=sizes.append)
+    assert result.deleted == sum(sizes) == 5_000
+    assert sizes[0] == 1_000 and max(sizes) <= 2_000 and result.batches == len(sizes)

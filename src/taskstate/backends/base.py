@@ -181,6 +181,9 @@ class StateBackend(ABC):
 
     keeps_history: bool = False
     history_versions: int = 0
+    # A write locks the whole store (SQLite's file lock), so cleanup pauses between its batches
+    # for the writers queued behind one.
+    store_write_lock: bool = False
 
     def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
         """Delete up to `limit` versions (0: all) beyond the newest `keep` of their key, or

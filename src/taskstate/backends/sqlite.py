@@ -345,6 +345,8 @@ _INF = float("inf")
 
 
 class SQLiteBackend(HistoryBackend):
+    store_write_lock = True  # one writer at a time for the whole file
+
     def __init__(self, url: str, *, busy_timeout_s: float = 60.0, create: bool = True) -> None:
         """`create=False`: a missing file is a `DatabaseMissingError` instead of a new, empty
         database (so a read with a mistyped path does not leave a file behind)."""
