@@ -109,25 +109,30 @@ def test_sqlite_point_operations_send_one_statement_for_one_key(sqlite_url: str)
         _statements(store, trace)
 
 
+def _vm_steps(store: StateStore, operation: Callable[[], object]) -> int:
+    """How many SQLite VM instructions (in tens) `operation` runs: its cost, not its time."""
+    conn = store.backend._conn()  # type: ignore[attr-defined]
+    ticks = [0]
+
+    def tick() -> int:
+        ticks[0] += 1
+        return 0
+
+    conn.set_progress_handler(tick, 10)
+    try:
+        operation()
+    finally:
+        conn.set_progress_handler(None, 0)
+    return ticks[0]
+
+
 def test_sqlite_first_page_costs_the_page_not_the_scope(sqlite_url: str) -> None:
     """Complexity, not speed: the SQLite VM instructions a first page runs (counted with a
     progress handler) are about the same for the 2,000-key task instance as for a 10-key one."""
     with StateStore(sqlite_url, settings=_NO_HISTORY, clock=lambda: NOW) as store:
-        conn = store.backend._conn()  # type: ignore[attr-defined]
 
         def steps(scope: TaskScope, **page: Any) -> int:
-            ticks = [0]
-
-            def tick() -> int:
-                ticks[0] += 1
-                return 0
-
-            conn.set_progress_handler(tick, 10)
-            try:
-                store.task_state(scope).page(limit=10, **page)
-            finally:
-                conn.set_progress_handler(None, 0)
-            return ticks[0]
+            return _vm_steps(store, lambda: store.task_state(scope).page(limit=10, **page))
 
         small = steps(TaskScope("dag_007", "run_2", "task_4"))  # 10 keys
         assert steps(BIG) <= 2 * small
@@ -202,21 +207,9 @@ def test_discovery_finds_only_what_its_page_needs(sqlite_url: str) -> None:
         assert (len(last.items), last.total, last.exact) == (5, 40, True)
         assert (found.dags(limit=0).total, found.assets(limit=0).total) == (40, 200)
         assert (found.assets(limit=3).total, found.runs("dag_001", limit=3).total) == (4, 4)
-        conn = store.backend._conn()  # type: ignore[attr-defined]
 
         def steps(limit: int) -> int:
-            ticks = [0]
-
-            def tick() -> int:
-                ticks[0] += 1
-                return 0
-
-            conn.set_progress_handler(tick, 10)
-            try:
-                store.backend.groups("t\x1f", NOW, limit=limit)
-            finally:
-                conn.set_progress_handler(None, 0)
-            return ticks[0]
+            return _vm_steps(store, lambda: store.backend.groups("t\x1f", NOW, limit=limit))
 
         assert 4 * steps(4) < steps(-1)  # the skip scan stops: 4 seeks, not 40
 
