@@ -7,6 +7,8 @@ import pytest
 from tests.conftest import Clock
 
 from taskstate import AssetScope, StateStore, TaskScope
+from taskstate.backends.base import Row
+from taskstate.cleanup import delete_expired
 from taskstate.errors import (
     InvalidValueError,
     KeyNotFoundError,
@@ -14,7 +16,7 @@ from taskstate.errors import (
     UnsupportedValueTypeError,
 )
 from taskstate.scope import ASSET_PREFIX, task_prefix
-from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
+from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY, Page
 
 T = TaskScope("dag", "run", "task")
 DAY = 86400.0
@@ -27,13 +29,17 @@ def test_page_lists_live_keys_in_order_with_totals(store: StateStore, clock: Clo
     state.write("expired", 1, expires_at=clock.now - 1)
     store.task_state(TaskScope("dag", "run", "task", 10)).set("a", "other index")
     page = state.page(limit=2, offset=1)
-    assert ([e.key for e in page.items], page.total) == (["ab", "b"], 4)
+    # "c" follows: the total is a lower bound (offset + limit + 1) unless counted on request.
+    assert ([e.key for e in page.items], page.total, page.exact) == (["ab", "b"], 4, False)
+    assert (state.page(limit=1, exact_total=True).total, state.page(limit=3).total) == (4, 4)
+    assert state.page(limit=1).exact is False and state.page(limit=4).exact is True
     prefixed = state.page(key_prefix="a")
-    assert ([(e.key, e.value) for e in prefixed.items], prefixed.total) == (
+    assert ([(e.key, e.value) for e in prefixed.items], prefixed.total, prefixed.exact) == (
         [("a", "A"), ("ab", "AB")],
         2,
+        True,
     )
-    assert state.page(offset=10).items == []
+    assert state.page(offset=10) == Page([], 4, True)
 
 
 def test_entries_carry_metadata_and_the_writer(store: StateStore, clock: Clock) -> None:
@@ -171,3 +177,18 @@ def test_import_entries_is_all_or_nothing(store: StateStore, clock: Clock) -> No
     assert store.task_state(T).get("existing") == "old"
     assert store.import_entries([(T, "existing", "new", None, None, None)]) == 1
     assert store.task_state(T).get("existing") == "new"
+
+
+def test_cleanup_batches_start_small_and_never_pass_the_batch_size(
+    store: StateStore, clock: Clock
+) -> None:
+    """Paced cleanup: the first batch is 1,000 rows whatever the batch size (a writer waits
+    for one batch at most), later ones grow while fast and never pass the size asked for."""
+    ns = TaskScope("d", "r", "t").namespace
+    store.backend.set_many(
+        [Row(ns, f"k{i:05}", "1", clock.now - 1, clock.now) for i in range(5_000)]
+    )
+    sizes: list[int] = []
+    result = delete_expired(store.backend, clock.now, batch_size=2_000, on_batch=sizes.append)
+    assert result.deleted == sum(sizes) == 5_000
+    assert sizes[0] == 1_000 and max(sizes) <= 2_000 and result.batches == len(sizes)

@@ -231,18 +231,38 @@ class _Accessor:
             return next((r for r in rows if r.key == key), None)
         return Row(self._ns, key, found.value, found.expires_at, at, found.updated_by)
 
-    def page(self, *, limit: int = 50, offset: int = 0, key_prefix: str = "") -> Page[StoredEntry]:
-        """Live keys in ascending order, `limit` from `offset`, optionally under `key_prefix`;
-        `total` counts every match. Two indexed queries: the page, and the count."""
+    def page(
+        self, *, limit: int = 50, offset: int = 0, key_prefix: str = "", exact_total: bool = False
+    ) -> Page[StoredEntry]:
+        """Live keys in ascending order, `limit` from `offset`, optionally under `key_prefix`.
+
+        One indexed query of `limit + 1` rows, so a page costs O(offset + limit) whatever the
+        scope holds: `total` is exact when the matches end on this page; when more follow it is
+        `offset + limit + 1` with `exact` False. `exact_total` (or `limit` 0: only the total is
+        wanted) counts every match instead, an index range count, O(matches)."""
         now = self._clock()
-        rows = (
-            self._backend.rows(self._ns, now, key_prefix=key_prefix, limit=limit, offset=offset)
-            if limit > 0
-            else []
-        )
-        total = self._backend.count(self._ns, now, exact=True, key_prefix=key_prefix)
+        ns = self._ns
+        if exact_total or limit <= 0:
+            rows = (
+                self._backend.rows(ns, now, key_prefix=key_prefix, limit=limit, offset=offset)
+                if limit > 0
+                else []
+            )
+            total = self._backend.count(ns, now, exact=True, key_prefix=key_prefix)
+            return self._page(rows, total, exact=True)
+        rows = self._backend.rows(ns, now, key_prefix=key_prefix, limit=limit + 1, offset=offset)
+        if len(rows) > limit:
+            return self._page(rows[:limit], offset + limit + 1, exact=False)
+        if rows or offset == 0:
+            return self._page(rows, offset + len(rows), exact=True)
+        # Past the end: the matches number at most `offset`, and counting them costs what the
+        # OFFSET skip just did.
+        total = self._backend.count(ns, now, exact=True, key_prefix=key_prefix, cap=offset + 1)
+        return self._page(rows, total, exact=True)
+
+    def _page(self, rows: list[Row], total: int, *, exact: bool) -> Page[StoredEntry]:
         entries = (self._store.entry_of(row) for row in rows)
-        return Page([entry for entry in entries if entry is not None], total)
+        return Page([entry for entry in entries if entry is not None], total, exact)
 
     # -- writing --------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """Retention cleanup: delete expired task rows in bounded batches. Asset rows never expire.
 
-Each batch is its own short transaction, so writers wait at most one batch for the lock;
-`state_cleanup_batch_size = 0` is a single statement (still bounded: one bound parameter).
+Each batch is its own short transaction, so writers wait at most one batch for the lock, and
+is paced: sized to take ~50 ms (at most `state_cleanup_batch_size` rows), with a pause after each
+on a backend whose writes lock the whole store (SQLite). `state_cleanup_batch_size = 0` is a
+single statement (still bounded: one bound parameter).
 `StateStore.cleanup` runs this and then sweeps offloaded objects.
 """
 
@@ -38,6 +40,24 @@ class CleanupResult:
         return dataclasses.replace(self, offloaded_orphans=count)
 
 
+# A batch is sized to take about BATCH_TARGET_S, never more rows than the batch size asked
+# for: a writer waits for at most about one batch (SQLite: the file's write lock; PostgreSQL:
+# the I/O and CPU a big batch takes), and a slow machine deletes fewer rows per statement.
+BATCH_TARGET_S = 0.05
+FIRST_BATCH = 1_000
+SMALLEST_BATCH = 100
+
+
+def _paced(size: int, took: float, most: int) -> int:
+    """The next batch's size: halved after a batch slower than the target, doubled (up to
+    `most`) after one faster than half of it."""
+    if took > BATCH_TARGET_S:
+        return max(min(SMALLEST_BATCH, most), size // 2)
+    if took < BATCH_TARGET_S / 2:
+        return min(most, size * 2)
+    return size
+
+
 def delete_expired(
     backend: StateBackend,
     now: float,
@@ -55,20 +75,27 @@ def delete_expired(
     expired = backend.count_expired(now)
     deleted = batches = 0
     longest = 0.0
+    size = min(batch_size, FIRST_BATCH) if batch_size else 0
     while not dry_run:
         t0 = time.perf_counter()
         n = (
-            cast(HistoryBackend, backend).delete_expired(now, batch_size, Stamp("expire", now))
+            cast(HistoryBackend, backend).delete_expired(now, size, Stamp("expire", now))
             if history
-            else backend.delete_expired(now, batch_size)
+            else backend.delete_expired(now, size)
         )
-        longest = max(longest, time.perf_counter() - t0)
+        took = time.perf_counter() - t0
+        longest = max(longest, took)
         batches += 1
         deleted += n
         if on_batch is not None:
             on_batch(n)
-        if n == 0 or batch_size == 0 or n < batch_size:
+        if n == 0 or size == 0 or n < size:
             break
+        size = _paced(size, took, batch_size)
+        if backend.store_write_lock:
+            # SQLite: writers queued behind the file's write lock poll for it now and then;
+            # a pause as long as the batch lets them in before the next one takes it.
+            time.sleep(min(took, 2 * BATCH_TARGET_S))
     seconds = time.perf_counter() - started
     return CleanupResult(expired, deleted, batches, longest, seconds, dry_run)
 

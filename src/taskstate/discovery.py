@@ -8,6 +8,10 @@ Every listing is indexed backend queries, never a read of every row:
 - a token's DAG-id glob narrows the range to its literal prefix (`etl_*` seeks only among
   namespaces starting `etl_`) and becomes an SQL LIKE pattern with `_`/`%` escaped, so `etl_*`
   never matches `etlx`;
+- items are found only as far as the page needs them (`offset + limit + 1`: the one past the
+  page says more follow, and the total is then that lower bound, `Page.exact` False), so a first
+  page seeks ~`limit` times however many DAGs, runs or assets there are (a run's task
+  instances, ordered by map index as a number, are all found);
 - key counts are computed for the page's items only, each an index range count that stops at
   `KEY_COUNT_CAP + 1` (shown as "10000+").
 
@@ -88,6 +92,25 @@ def _window(items: list[str], limit: int, offset: int) -> list[str]:
     return items[offset : offset + limit] if limit > 0 else []
 
 
+def _first(
+    fetch: Callable[[int], list[str]], keep: Callable[[str], bool], limit: int, offset: int
+) -> tuple[list[str], bool]:
+    """The items `keep` accepts, in order, as far as a page needs them: `offset + limit + 1`
+    (the one past the page says more follow), so a first page seeks ~`limit` times whatever
+    the range holds. `fetch(n)` gives the first `n` candidates (-1: all); `n` doubles while
+    `keep` turns some down. Returns (items, whether that is all of them); `limit` 0 wants all."""
+    want = offset + limit + 1
+    n = want if limit > 0 else -1
+    while True:
+        got = fetch(n)
+        kept = [item for item in got if keep(item)]
+        if n < 0 or len(got) < n:
+            return kept, True
+        if len(kept) >= want:
+            return kept[:want], False
+        n *= 2
+
+
 class Discovery:
     """The listings, over one backend at one moment (`now`: expired rows never show)."""
 
@@ -127,24 +150,30 @@ class Discovery:
 
     def _counted(
         self,
-        items: list[str],
+        fetch: Callable[[int], list[str]],
+        keep: Callable[[str], bool],
         prefix: Callable[[str], str],
         visible: Callable[[str], int],
         reach: Reach,
         limit: int,
         offset: int,
     ) -> Page[tuple[str, int]]:
-        """Page `items` with their key counts: the page's only, all in one backend call (the
-        range under `prefix(item)`). With pins, each item counts only what the caller may read
-        (`visible`), and items where that is nothing are left out, so every item is counted."""
+        """A page of the items `fetch` finds and `keep` accepts, with their key counts: the
+        page's only, all in one backend call (the range under `prefix(item)`). Items are found
+        only as far as the page needs (`_first`): the total is exact when they end on the page,
+        else `offset + limit + 1` and not exact. With pins, each item counts only what the
+        caller may read (`visible`), and items where that is nothing are left out, so every
+        item is found and counted."""
         if reach.pinned:
+            items = [item for item in fetch(-1) if keep(item)]
             counted = [(item, n) for item in items if (n := visible(item))]
             return Page(counted[offset : offset + limit] if limit > 0 else [], len(counted))
+        items, complete = _first(fetch, keep, limit, offset)
         window = _window(items, limit, offset)
         counts = self.backend.counts(
             [prefix(item) for item in window], self.now, cap=KEY_COUNT_CAP + 1
         )
-        return Page(list(zip(window, counts, strict=True)), len(items))
+        return Page(list(zip(window, counts, strict=True)), len(items), complete)
 
     def dags(
         self,
@@ -155,17 +184,20 @@ class Discovery:
         offset: int = 0,
     ) -> Page[tuple[str, int]]:
         """DAG ids holding live task state the caller may read, with their key counts."""
-        if reach.dag_globs is None:
-            found = set(self.backend.groups(TASKS, self.now))
-        else:
-            found = set()
-            for glob in reach.dag_globs:
-                start, like = glob_to_like(glob)
-                found.update(self.backend.groups(TASKS, self.now, start=start, like=like))
+        globs = [("", "")] if reach.dag_globs is None else map(glob_to_like, reach.dag_globs)
+        ranges = list(globs)
+
+        def fetch(n: int) -> list[str]:
+            # The first n of the union are among the first n of each glob's (sorted) DAGs.
+            found: set[str] = set()
+            for start, like in ranges:
+                found.update(self.backend.groups(TASKS, self.now, start=start, like=like, limit=n))
+            return sorted(found)[: None if n < 0 else n]
+
         run, task, index = reach.run_id, reach.task_id, reach.map_index
-        dags = sorted(d for d in found if may_task(d, run or "", task or "", index))
         return self._counted(
-            dags,
+            fetch,
+            lambda dag: may_task(dag, run or "", task or "", index),
             task_prefix,
             lambda dag: self._visible(dag, run, task, index),
             reach,
@@ -184,13 +216,16 @@ class Discovery:
     ) -> Page[tuple[str, int]]:
         """Run ids of one DAG holding live state the caller may read, with their key counts."""
         task, index = reach.task_id, reach.map_index
-        if reach.run_id is not None:
-            runs = [reach.run_id]
-        else:
-            runs = self.backend.groups(task_prefix(dag_id), self.now)
-        runs = [r for r in runs if may_task(dag_id, r, task or "", index)]
+        pinned = reach.run_id
+
+        def fetch(n: int) -> list[str]:
+            if pinned is not None:
+                return [pinned]
+            return self.backend.groups(task_prefix(dag_id), self.now, limit=n)
+
         return self._counted(
-            runs,
+            fetch,
+            lambda run: may_task(dag_id, run, task or "", index),
             lambda run: task_prefix(dag_id, run),
             lambda run: self._visible(dag_id, run, task, index),
             reach,
@@ -232,11 +267,15 @@ class Discovery:
         offset: int = 0,
     ) -> Page[tuple[str, int]]:
         """Asset identities holding state the caller may read, with their key counts."""
-        found = self.backend.groups(ASSET_PREFIX, self.now, whole=True)
-        # parse_namespace, not AssetScope(...): a name written before today's rules still lists.
-        names = [n for n in found if may_asset(parse_namespace(ASSET_PREFIX + n))]  # type: ignore[arg-type]
+        names, complete = _first(
+            lambda n: self.backend.groups(ASSET_PREFIX, self.now, whole=True, limit=n),
+            # parse_namespace, not AssetScope(...): a name written before today's rules lists.
+            lambda name: may_asset(parse_namespace(ASSET_PREFIX + name)),  # type: ignore[arg-type]
+            limit,
+            offset,
+        )
         window = _window(names, limit, offset)
         counts = self.backend.counts(
             [ASSET_PREFIX + n for n in window], self.now, exact=True, cap=KEY_COUNT_CAP + 1
         )
-        return Page(list(zip(window, counts, strict=True)), len(names))
+        return Page(list(zip(window, counts, strict=True)), len(names), complete)

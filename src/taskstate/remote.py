@@ -117,20 +117,24 @@ class _Remote(_Accessor):
         except KeyNotFoundError:
             return None
 
-    def page(self, *, limit: int = 50, offset: int = 0, key_prefix: str = "") -> Page[StoredEntry]:
+    def page(
+        self, *, limit: int = 50, offset: int = 0, key_prefix: str = "", exact_total: bool = False
+    ) -> Page[StoredEntry]:
         items: list[StoredEntry] = []
-        total = 0
         while True:
             want = min(limit - len(items), wire.MAX_PAGE)
             query = {**self._query, wire.LIMIT: max(want, 0), wire.OFFSET: offset + len(items)}
             if key_prefix:
                 query[wire.KEY_PREFIX] = key_prefix
+            if exact_total:
+                query[wire.EXACT_TOTAL] = "true"
             body = self._http.send(Request("GET", self._path, query)).json()
             got = [wire.entry_from_json(item) for item in body[self._items]]
             items.extend(got)
             total = int(body[wire.TOTAL])
             if not got or len(items) >= limit or offset + len(items) >= total:
-                return Page(items, total)
+                # A server that does not say counted exactly (Airflow's API always does).
+                return Page(items, total, bool(body.get(wire.EXACT_TOTAL, True)))
 
     def _all(self) -> list[StoredEntry]:
         return self.page(limit=1 << 62).items

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
@@ -83,15 +84,14 @@ class OffloadedObjects:
         self._store = store
 
     def refs(self, prefix: str, *, exact: bool = False) -> list[str]:
-        """References held by the rows under `prefix` (`exact`: in that namespace only), read
-        before those rows are deleted."""
+        """References held by the rows under `prefix` (`exact`: of namespace `prefix` only),
+        expired ones too, read before those rows are deleted: an index range of that
+        namespace (map index 1's never reads map index 10's rows), or of the prefix."""
         if self._store.worker_backend is None:
             return []
-        return [
-            ref
-            for row in self._store.backend.scan(prefix)
-            if (not exact or row.namespace == prefix) and (ref := stored_ref(row.value))
-        ]
+        backend = self._store.backend
+        rows = backend.rows(prefix, -math.inf) if exact else backend.scan(prefix)
+        return [ref for row in rows if (ref := stored_ref(row.value))]
 
     def discard_superseded(self, refs: list[str]) -> None:
         """Remove the objects of rows just deleted or replaced, unless history keeps them (a

@@ -74,10 +74,13 @@ class StoredEntry:
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
-    """One page of a listing: its `items` and the `total` count of everything listed."""
+    """One page of a listing. `total` counts every match when `exact`; otherwise more matches
+    follow this page and `total` is a lower bound (a state listing's `offset + limit + 1`:
+    counting every key of a large scope is not what its first page should cost)."""
 
     items: list[T]
     total: int
+    exact: bool = True
 
 
 def canonical(text: str) -> str:

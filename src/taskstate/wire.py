@@ -56,6 +56,9 @@ EXPIRES_IN: Final = "expires_in"  # seconds from the server's now (the worker's 
 LAST_UPDATED_BY: Final = "last_updated_by"
 WRITE_ID: Final = "write_id"  # inside last_updated_by: the client's id of its write
 TOTAL: Final = "total_entries"
+# A listing's `total_entries` is exact, or (false) a lower bound: more keys follow the page. As
+# a query parameter (`true`), it asks for an exact count (O(keys), not O(page)).
+EXACT_TOTAL: Final = "exact_total"
 TASK_ITEMS: Final = "task_state_store"
 ASSET_ITEMS: Final = "asset_state_store"
 DETAIL: Final = "detail"
@@ -70,7 +73,8 @@ WRITER_FIELDS: Final = frozenset(
 HEALTH_FIELDS: Final = frozenset({"status", "backend", "version"})
 FIELDS: Final = frozenset(
     {MAP_INDEX, ALL_MAP_INDICES, LIMIT, OFFSET, KEY_PREFIX, NAME, URI, KEY, VALUE, UPDATED_AT}
-    | {EXPIRES_AT, EXPIRES_IN, LAST_UPDATED_BY, TOTAL, TASK_ITEMS, ASSET_ITEMS, DETAIL}
+    | {EXPIRES_AT, EXPIRES_IN, LAST_UPDATED_BY, TOTAL, EXACT_TOTAL, TASK_ITEMS, ASSET_ITEMS}
+    | {DETAIL}
     | DISCOVERY_FIELDS
     | WRITER_FIELDS
     | HEALTH_FIELDS

@@ -14,7 +14,7 @@ ASSETS = "/taskstate/api/v2/assets/state-store"
 def test_list_is_empty_without_state(api: httpx.Client) -> None:
     response = api.get(ASSETS, params={"name": "orders"})
     assert response.status_code == 200
-    assert response.json() == {"asset_state_store": [], "total_entries": 0}
+    assert response.json() == {"asset_state_store": [], "total_entries": 0, "exact_total": True}
 
 
 def test_put_get_list_delete_clear(api: httpx.Client, served: Served) -> None:

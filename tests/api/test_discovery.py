@@ -35,10 +35,12 @@ def test_everything_for_an_admin(api: httpx.Client, served: Served) -> None:
             {"dag_id": "report", "keys": 4},
         ],
         "total_entries": 3,
+        "exact_total": True,
     }
     assert api.get(f"{V2}/dags/etl_a/dagRuns").json() == {
         "dag_runs": [{"dag_run_id": "r1", "keys": 6}, {"dag_run_id": "r2", "keys": 1}],
         "total_entries": 2,
+        "exact_total": True,
     }
     assert api.get(f"{V2}/dags/etl_a/dagRuns/r1/taskInstances").json() == {
         "task_instances": [
@@ -47,18 +49,28 @@ def test_everything_for_an_admin(api: httpx.Client, served: Served) -> None:
             {"task_id": "load", "map_index": 1, "keys": 3},
         ],
         "total_entries": 3,
+        "exact_total": True,
     }
     assert api.get(f"{V2}/assets").json() == {
         "assets": [{"name": "orders", "keys": 1}, {"name": "s3://b/k", "keys": 1}],
         "total_entries": 2,
+        "exact_total": True,
     }
 
 
 def test_paged(api: httpx.Client, served: Served) -> None:
     _seed(served)
     page = api.get(f"{V2}/dags", params={"limit": 1, "offset": 1}).json()
-    assert page == {"dags": [{"dag_id": "etl_b", "keys": 1}], "total_entries": 3}
-    assert api.get(f"{V2}/dags/none/dagRuns").json() == {"dag_runs": [], "total_entries": 0}
+    # One more DAG found than the page shows: more may follow, so the total is a lower bound.
+    more = {"total_entries": 3, "exact_total": False}
+    assert page == {"dags": [{"dag_id": "etl_b", "keys": 1}], **more}
+    last = api.get(f"{V2}/dags", params={"limit": 5, "offset": 1}).json()
+    assert (len(last["dags"]), last["total_entries"], last["exact_total"]) == (2, 3, True)
+    assert api.get(f"{V2}/dags/none/dagRuns").json() == {
+        "dag_runs": [],
+        "total_entries": 0,
+        "exact_total": True,
+    }
 
 
 def test_filtered_by_the_callers_claims(served: Served) -> None:
@@ -69,7 +81,11 @@ def test_filtered_by_the_callers_claims(served: Served) -> None:
         runs = client.get(f"{V2}/dags/etl_a/dagRuns").json()
         assert runs["dag_runs"] == [{"dag_run_id": "r1", "keys": 6}]
         assert client.get(f"{V2}/dags/report/dagRuns").json()["total_entries"] == 0
-        assert client.get(f"{V2}/assets").json() == {"assets": [], "total_entries": 0}
+        assert client.get(f"{V2}/assets").json() == {
+            "assets": [],
+            "total_entries": 0,
+            "exact_total": True,
+        }
     with served.client(assets=("orders",)) as client:
         assert client.get(f"{V2}/assets").json()["assets"] == [{"name": "orders", "keys": 1}]
         assert client.get(f"{V2}/dags").json()["total_entries"] == 0
@@ -99,7 +115,11 @@ def test_a_glob_lists_only_its_dags_and_pins_narrow_the_counts(served: Served) -
     with served.client(dag_ids=("etl_a",), run_id="r1", task_id="load") as client:
         assert client.get(f"{V2}/dags").json()["dags"] == [{"dag_id": "etl_a", "keys": 4}]
         runs = client.get(f"{V2}/dags/etl_a/dagRuns").json()
-        assert runs == {"dag_runs": [{"dag_run_id": "r1", "keys": 4}], "total_entries": 1}
+        assert runs == {
+            "dag_runs": [{"dag_run_id": "r1", "keys": 4}],
+            "total_entries": 1,
+            "exact_total": True,
+        }
 
 
 def test_ids_are_read_from_the_path_as_sent(api: httpx.Client, served: Served) -> None:

@@ -31,7 +31,7 @@ def iso(moment: datetime) -> str:
 def test_list_is_empty_without_state(api: httpx.Client) -> None:
     response = api.get(TASK)
     assert response.status_code == 200
-    assert response.json() == {"task_state_store": [], "total_entries": 0}
+    assert response.json() == {"task_state_store": [], "total_entries": 0, "exact_total": True}
 
 
 def test_put_then_get_returns_the_entry_with_default_expiry(
@@ -258,17 +258,25 @@ def test_pagination_is_by_key_ascending(api: httpx.Client) -> None:
     for key in reversed(keys):
         api.put(f"{TASK}/{key}", json={"value": key})
     first = api.get(TASK).json()
-    assert first["total_entries"] == 120
+    # More follow: the total is not counted to the end ("more than 50"), unless asked for.
+    assert (first["total_entries"], first["exact_total"]) == (51, False)
     assert [e["key"] for e in first["task_state_store"]] == keys[:50]
+    counted = api.get(TASK, params={"exact_total": "true"}).json()
+    assert (counted["total_entries"], counted["exact_total"]) == (120, True)
+    assert counted["task_state_store"] == first["task_state_store"]
     page = api.get(TASK, params={"limit": 10, "offset": 115}).json()
     assert [e["key"] for e in page["task_state_store"]] == keys[115:]
+    assert (page["total_entries"], page["exact_total"]) == (120, True)  # the keys end on it
+    past = api.get(TASK, params={"offset": 500}).json()
+    assert (past["task_state_store"], past["total_entries"], past["exact_total"]) == ([], 120, True)
     clamped = api.get(TASK, params={"limit": 1000}).json()
     assert len(clamped["task_state_store"]) == 100  # [api] maximum_page_limit, as Airflow clamps
     none = api.get(TASK, params={"limit": 0}).json()
-    assert none == {"task_state_store": [], "total_entries": 120}
+    assert none == {"task_state_store": [], "total_entries": 120, "exact_total": True}
     prefixed = api.get(TASK, params={"key_prefix": "k11"}).json()
     assert [e["key"] for e in prefixed["task_state_store"]] == keys[110:120]
-    assert prefixed["total_entries"] == 10
+    assert (prefixed["total_entries"], prefixed["exact_total"]) == (10, True)
+    assert api.get(TASK, params={"exact_total": "maybe"}).status_code == 422
     assert api.get(TASK, params={"limit": -1}).status_code == 422
     assert api.get(TASK, params={"offset": -1}).status_code == 422
 

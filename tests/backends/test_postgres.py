@@ -21,7 +21,7 @@ from tests.test_scope import any_text, round_trip_or_typed_error
 
 from taskstate import AssetScope, StateStore, TaskScope
 from taskstate.backends import open_backend
-from taskstate.backends.base import Entry, SchemaStatus
+from taskstate.backends.base import Entry, Row, SchemaStatus
 from taskstate.backends.postgres import MIGRATIONS, PostgresBackend, _transient_connect
 from taskstate.errors import (
     BackendError,
@@ -280,7 +280,7 @@ def test_scan_pages_through_more_rows_than_one_page(backend_url: PostgresBackend
     assert len(list(backend.scan())) == 2401
 
 
-def _die_in_commit(url: str, *, times: str) -> None:
+def _die_in_commit(url: str, *, times: str, after: str = "UPDATE") -> None:
     """A deferred trigger runs inside COMMIT: it kills its own session right there, so the
     server rolls the transaction back and the client loses its connection mid-COMMIT."""
     with psycopg.connect(url, autocommit=True) as admin:
@@ -292,7 +292,7 @@ def _die_in_commit(url: str, *, times: str) -> None:
             "RETURN NULL; END $$"
         )
         admin.execute(
-            "CREATE CONSTRAINT TRIGGER die_in_commit AFTER UPDATE ON taskstate_entries "
+            f"CREATE CONSTRAINT TRIGGER die_in_commit AFTER {after} ON taskstate_entries "
             "DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION die_in_commit()"
         )
 
@@ -365,13 +365,73 @@ def test_an_update_whose_outcome_cannot_be_learned_raises_outcome_unknown(
         backend.set("ns", "n", "41", None, NOW)
         proxy.lose_next_commit(refuse_after=True)  # and the server cannot be asked
         incr = Increments()
-        with pytest.raises(OutcomeUnknownError, match="Read the key") as caught:
+        with pytest.raises(OutcomeUnknownError, match="Read the state") as caught:
             backend.transact("ns", "n", incr, NOW)
         assert isinstance(caught.value, BackendUnavailableError)
         assert incr.calls == 1  # never applied twice
         backend.close()
     with psycopg.connect(fresh_postgres_url) as conn:  # (here it had landed)
         assert conn.execute("SELECT value FROM taskstate_entries").fetchone() == ("42",)
+
+
+def _many_writes(backend: PostgresBackend) -> dict[str, Callable[[], int]]:
+    """The writes that touch many rows and return how many (the same rule as `transact`)."""
+    rows = [Row("ns", f"k{i}", "1", None, NOW) for i in range(3)]
+    return {
+        "import": lambda: backend.set_many(rows, replace=False),
+        "clear": lambda: backend.clear("old"),
+        "delete_expired": lambda: backend.delete_expired(NOW, 1000),
+    }
+
+
+def _olds(backend: PostgresBackend) -> None:
+    backend.set_many([Row("old", f"k{i}", "1", NOW - 1, NOW) for i in range(3)])
+
+
+@pytest.mark.parametrize("write", ["import", "clear", "delete_expired"])
+def test_a_write_of_many_rows_whose_commit_answer_was_lost_counts_what_it_did(
+    fresh_postgres_url: str, postgres_server: PostgresServer, write: str
+) -> None:
+    """Run again after a lost COMMIT, an import (`replace=False`) would create nothing and a
+    clear would find nothing, and say 0: the server is asked instead, as for `transact`."""
+    with commit_proxy(postgres_server.port) as proxy:
+        backend = PostgresBackend(proxy.url(fresh_postgres_url))
+        backend.migrate()
+        _olds(backend)
+        proxy.lose_next_commit()
+        assert _many_writes(backend)[write]() == 3
+        assert proxy.lost.is_set()
+        left = {r.namespace for r in backend.scan()}
+        assert left == ({"ns", "old"} if write == "import" else set())
+        backend.close()
+
+
+@pytest.mark.parametrize("write", ["import", "clear", "delete_expired"])
+def test_a_write_of_many_rows_whose_outcome_cannot_be_learned_raises_outcome_unknown(
+    fresh_postgres_url: str, postgres_server: PostgresServer, write: str
+) -> None:
+    with commit_proxy(postgres_server.port) as proxy:
+        backend = PostgresBackend(
+            proxy.url(fresh_postgres_url), retry_window_s=0.5, connect_timeout_s=1
+        )
+        backend.migrate()
+        _olds(backend)
+        proxy.lose_next_commit(refuse_after=True)
+        with pytest.raises(OutcomeUnknownError, match="Read the state"):
+            _many_writes(backend)[write]()
+        backend.close()
+
+
+def test_a_clear_whose_commit_aborted_with_the_connection_is_run_again(
+    fresh_postgres_url: str,
+) -> None:
+    backend = PostgresBackend(fresh_postgres_url)
+    backend.migrate()
+    _olds(backend)
+    _die_in_commit(fresh_postgres_url, times="1", after="DELETE")
+    assert backend.clear("old") == 3  # the first attempt aborted: the server said so
+    assert list(backend.scan()) == []
+    backend.close()
 
 
 def _count_up(url: str, acks: str, stop: Event) -> None:

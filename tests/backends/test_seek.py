@@ -19,6 +19,7 @@ from tests.expired_rows import load_rows
 from taskstate import StateStore, TaskScope
 from taskstate.backends import postgres as pg
 from taskstate.backends import sqlite as lite
+from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.postgres import PostgresBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.discovery import KEY_COUNT_CAP
@@ -49,6 +50,15 @@ def _statements(store: StateStore, trace: Callable[[Callable[[], object]], list[
     """Every point operation through the store: one statement each (atomic ones: their lock,
     read and write, in one transaction), each naming the one key."""
     state = store.task_state(BIG)
+    # A first page is one query of `limit + 1` rows, whatever the scope holds: no count of its
+    # 2,000 keys (the total says "more than 50"); an exact total is asked for, and costs one.
+    page = state.page(limit=50)
+    assert (len(page.items), page.total, page.exact) == (50, 51, False)
+    for exact_total, queries in ((False, 1), (True, 2)):
+        sent = trace(lambda: state.page(limit=50, exact_total=exact_total))  # noqa: B023
+        assert len(sent) == queries, (exact_total, sent)
+        assert ("count(" in " ".join(sent).lower()) == exact_total, sent
+    assert state.page(limit=50, exact_total=True).total == BIG_KEYS
     expected = {
         "get": (lambda: state.get("key_00500"), 1),
         "entry": (lambda: state.entry("key_00500"), 1),
@@ -99,6 +109,59 @@ def test_sqlite_point_operations_send_one_statement_for_one_key(sqlite_url: str)
         _statements(store, trace)
 
 
+def _vm_steps(store: StateStore, operation: Callable[[], object]) -> int:
+    """How many SQLite VM instructions (in tens) `operation` runs: its cost, not its time."""
+    conn = store.backend._conn()  # type: ignore[attr-defined]
+    ticks = [0]
+
+    def tick() -> int:
+        ticks[0] += 1
+        return 0
+
+    conn.set_progress_handler(tick, 10)
+    try:
+        operation()
+    finally:
+        conn.set_progress_handler(None, 0)
+    return ticks[0]
+
+
+def test_sqlite_first_page_costs_the_page_not_the_scope(sqlite_url: str) -> None:
+    """Complexity, not speed: the SQLite VM instructions a first page runs (counted with a
+    progress handler) are about the same for the 2,000-key task instance as for a 10-key one."""
+    with StateStore(sqlite_url, settings=_NO_HISTORY, clock=lambda: NOW) as store:
+
+        def steps(scope: TaskScope, **page: Any) -> int:
+            return _vm_steps(store, lambda: store.task_state(scope).page(limit=10, **page))
+
+        small = steps(TaskScope("dag_007", "run_2", "task_4"))  # 10 keys
+        assert steps(BIG) <= 2 * small
+        assert steps(BIG, exact_total=True) > 10 * small  # the control: counting is O(keys)
+
+
+def test_clearing_a_map_index_with_offloading_reads_only_its_own_rows(tmp_path: Any) -> None:
+    """The references to discard are read from the namespace itself (one index range), not
+    from every namespace it prefixes: map index 1 never reads map index 10's rows."""
+    worker = OffloadBackend(f"file://{tmp_path}/objects", keep_versions_s=0)
+    url = f"sqlite:///{tmp_path}/state.db"
+    with StateStore(url, settings=_NO_HISTORY, worker_backend=worker, clock=lambda: NOW) as store:
+        for index in (1, 10, 11):
+            store.task_state(TaskScope("dag", "run", "task", index)).set("k", {"index": index})
+        objects = {p.name for p in (tmp_path / "objects").rglob("*") if p.is_file()}
+        conn = store.backend._conn()  # type: ignore[attr-defined]
+        sent: list[str] = []
+        conn.set_trace_callback(sent.append)
+        try:
+            store.task_state(TaskScope("dag", "run", "task", 1)).clear()
+        finally:
+            conn.set_trace_callback(None)
+        reads = [s for s in sent if s.lstrip().upper().startswith("SELECT")]
+        assert len(reads) == 1 and "namespace = " in reads[0] and "namespace >=" not in reads[0]
+        left = {p.name for p in (tmp_path / "objects").rglob("*") if p.is_file()}
+        assert len(objects) == 3 and len(left) == 2 and left < objects  # index 1's went
+        assert store.task_state(TaskScope("dag", "run", "task", 10)).get("k") == {"index": 10}
+
+
 def _sqlite_plan(conn: Any, sql: str, params: dict[str, Any]) -> str:
     return "\n".join(row[-1] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
 
@@ -129,6 +192,28 @@ def test_sqlite_listings_and_discovery_seek_the_primary_key(sqlite_url: str) -> 
     backend.close()
 
 
+def test_discovery_finds_only_what_its_page_needs(sqlite_url: str) -> None:
+    """A first page of DAGs seeks `limit + 1` of the 40 DAGs (the one past the page says more
+    follow): fewer VM steps than finding all of them; the total is then a lower bound."""
+    with StateStore(sqlite_url, settings=_NO_HISTORY, clock=lambda: NOW) as store:
+        found = store.discovery()
+        first = found.dags(limit=5)  # (dag_000 to dag_039: `_rows`)
+        assert ([d for d, _ in first.items], first.total, first.exact) == (
+            ["dag_000", "dag_001", "dag_002", "dag_003", "dag_004"],
+            6,
+            False,
+        )
+        last = found.dags(limit=10, offset=35)
+        assert (len(last.items), last.total, last.exact) == (5, 40, True)
+        assert (found.dags(limit=0).total, found.assets(limit=0).total) == (40, 200)
+        assert (found.assets(limit=3).total, found.runs("dag_001", limit=3).total) == (4, 4)
+
+        def steps(limit: int) -> int:
+            return _vm_steps(store, lambda: store.backend.groups("t\x1f", NOW, limit=limit))
+
+        assert 4 * steps(4) < steps(-1)  # the skip scan stops: 4 seeks, not 40
+
+
 def test_discovery_counts_stop_past_10000_keys(tmp_path: Any) -> None:
     url = f"sqlite:///{tmp_path}/state.db"
     SQLiteBackend(url).schema_status()  # creates the schema
@@ -138,8 +223,9 @@ def test_discovery_counts_stop_past_10000_keys(tmp_path: Any) -> None:
         found = store.discovery()
         assert found.dags().items == [("dag", KEY_COUNT_CAP + 1)]
         assert found.task_instances("dag", "run").items == [("task", -1, KEY_COUNT_CAP + 1)]
-        # A listing's own total stays exact.
-        assert store.task_state(TaskScope("dag", "run", "task")).page().total == 10_050
+        # A listing's own total is exact when asked for.
+        state = store.task_state(TaskScope("dag", "run", "task"))
+        assert state.page(exact_total=True).total == 10_050
 
 
 # -- PostgreSQL -------------------------------------------------------------------------------
@@ -249,10 +335,14 @@ def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: st
             ),
             (
                 pg._GROUPS[False],
-                {"lo": "t\x1f", "hi": "t ", "n": 2, "like": "", **live},
+                {"lo": "t\x1f", "hi": "t ", "n": 2, "like": "", "limit": 51, **live},
                 f"{pg.TABLE}_order",
             ),
-            (pg._GROUPS[True], {**dag_range, "n": len(dag), "like": ""}, f"{pg.TABLE}_order"),
+            (
+                pg._GROUPS[True],
+                {**dag_range, "n": len(dag), "like": "", "limit": None},
+                f"{pg.TABLE}_order",
+            ),
         ]:
             nodes = _pg_plan(conn, sql, params)
             on_table = [n for n in nodes if f" {pg.TABLE} " in n]

@@ -73,7 +73,7 @@ def test_never_expiring_keys_say_never_and_the_filter_and_pages_work(
     state.set("other", 1)
     page.goto(task_url(served))
     expect(row(page, "k00").locator("td").nth(3)).to_have_text("Never")
-    expect(page.get_by_text("1–25 of 31")).to_be_visible()
+    expect(page.get_by_text("1–25 of more than 25")).to_be_visible()  # not counted to the end
     page.get_by_role("button", name="Next").click()
     expect(page.get_by_text("26–31 of 31")).to_be_visible()
     expect(row(page, "other")).to_be_visible()

@@ -57,6 +57,14 @@ class LastUpdatedBy(BaseModel):
     )
 
 
+_TOTAL = "Every match when `exact_total`; else a lower bound, `offset + limit + 1`."
+_FOUND = "Every item when `exact_total`; else a lower bound, `offset + limit + 1`."
+_EXACT = (
+    "False: more follow this page and `total_entries` was not counted to the end (a page "
+    "costs O(offset + limit)); a state listing counts them on `exact_total=true`."
+)
+
+
 class TaskStateEntry(BaseModel):
     key: str
     value: Any
@@ -67,7 +75,8 @@ class TaskStateEntry(BaseModel):
 
 class TaskStateCollection(BaseModel):
     task_state_store: list[TaskStateEntry]
-    total_entries: int
+    total_entries: int = Field(description=_TOTAL)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class AssetStateEntry(BaseModel):
@@ -79,7 +88,8 @@ class AssetStateEntry(BaseModel):
 
 class AssetStateCollection(BaseModel):
     asset_state_store: list[AssetStateEntry]
-    total_entries: int
+    total_entries: int = Field(description=_TOTAL)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class DagSummary(BaseModel):
@@ -91,7 +101,8 @@ class DagSummary(BaseModel):
 
 class DagCollection(BaseModel):
     dags: list[DagSummary]
-    total_entries: int
+    total_entries: int = Field(description=_FOUND)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class DagRunSummary(BaseModel):
@@ -101,7 +112,8 @@ class DagRunSummary(BaseModel):
 
 class DagRunCollection(BaseModel):
     dag_runs: list[DagRunSummary]
-    total_entries: int
+    total_entries: int = Field(description=_FOUND)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class TaskInstanceSummary(BaseModel):
@@ -112,7 +124,8 @@ class TaskInstanceSummary(BaseModel):
 
 class TaskInstanceCollection(BaseModel):
     task_instances: list[TaskInstanceSummary]
-    total_entries: int
+    total_entries: int = Field(description=_FOUND)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class AssetSummary(BaseModel):
@@ -122,7 +135,8 @@ class AssetSummary(BaseModel):
 
 class AssetCollection(BaseModel):
     assets: list[AssetSummary]
-    total_entries: int
+    total_entries: int = Field(description=_FOUND)
+    exact_total: bool = Field(description=_EXACT)
 
 
 class Health(BaseModel):

@@ -45,7 +45,7 @@ def list_dags(ctx: Ctx, principal: Caller, limit: Limit = 50, offset: Offset = 0
         reach=_reach(principal), may_task=_may_task(principal), limit=limit, offset=offset
     )
     dags = [{"dag_id": dag_id, "keys": keys} for dag_id, keys in page.items]
-    return json_response({"dags": dags, "total_entries": page.total})
+    return json_response({"dags": dags, "total_entries": page.total, "exact_total": page.exact})
 
 
 @router.get("/dags/{dag_id}/dagRuns", response_model=models.DagRunCollection)
@@ -64,7 +64,7 @@ def list_dag_runs(
         dag_id, reach=_reach(principal), may_task=_may_task(principal), limit=limit, offset=offset
     )
     runs = [{"dag_run_id": run_id, "keys": keys} for run_id, keys in page.items]
-    return json_response({"dag_runs": runs, "total_entries": page.total})
+    return json_response({"dag_runs": runs, "total_entries": page.total, "exact_total": page.exact})
 
 
 @router.get(
@@ -92,7 +92,9 @@ def list_task_instances(
         offset=offset,
     )
     items = [{"task_id": t, "map_index": i, "keys": keys} for t, i, keys in page.items]
-    return json_response({"task_instances": items, "total_entries": page.total})
+    return json_response(
+        {"task_instances": items, "total_entries": page.total, "exact_total": page.exact}
+    )
 
 
 @router.get("/assets", response_model=models.AssetCollection)
@@ -101,4 +103,4 @@ def list_assets(ctx: Ctx, principal: Caller, limit: Limit = 50, offset: Offset =
     limit, offset = page_bounds(ctx, limit, offset)
     page = ctx.store.discovery().assets(may_asset=_may_asset(principal), limit=limit, offset=offset)
     assets = [{"name": name, "keys": keys} for name, keys in page.items]
-    return json_response({"assets": assets, "total_entries": page.total})
+    return json_response({"assets": assets, "total_entries": page.total, "exact_total": page.exact})

@@ -578,13 +578,16 @@ async def _list(ctx: AppContext, request: Request, principal: Principal, a: Addr
     limit = min(_int(a.query, "limit", 50, 0), ctx.max_page_limit)  # clamped, as Airflow does
     offset = _int(a.query, "offset", 0, 0)
     prefix = a.query.get("key_prefix", "")
-    page = await call_store(ctx, lambda: _accessor(ctx, a).page(limit=limit, offset=offset,
-                                                          key_prefix=prefix))  # fmt: skip
+    exact = _bool(a.query, "exact_total")
+    accessor = _accessor(ctx, a)
+    page = await call_store(
+        ctx, lambda: accessor.page(limit=limit, offset=offset, key_prefix=prefix, exact_total=exact)
+    )
     if a.route == "task":
         return _json({"task_state_store": [task_entry(e) for e in page.items],
-                      "total_entries": page.total})  # fmt: skip
+                      "total_entries": page.total, "exact_total": page.exact})  # fmt: skip
     return _json({"asset_state_store": [asset_entry(e) for e in page.items],
-                  "total_entries": page.total})  # fmt: skip
+                  "total_entries": page.total, "exact_total": page.exact})  # fmt: skip
 
 
 def _expiry(ctx: AppContext, body: models.TaskStateBody) -> Any:
@@ -811,6 +814,9 @@ def document(schema: dict[str, Any], *, by_id: bool) -> None:
                "At most `[api] maximum_page_limit` (100)."),
         _param("offset", "query", {**integer, "minimum": 0, "default": 0}),
         _param("key_prefix", "query", {**text, "default": ""}),
+        _param("exact_total", "query", {"type": "boolean", "default": False},
+               "Count every match for `total_entries` (O(keys)); without it the page costs "
+               "O(offset + limit) and `total_entries` is exact only when the keys end on it."),
     ]  # fmt: skip
     ok = {"204": {"description": "Done; the new `ETag` in the header"}}
     gone = {"404": {"description": "Not found"}}

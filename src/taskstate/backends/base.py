@@ -189,6 +189,9 @@ class StateBackend(ABC):
 
     keeps_history: bool = False
     history_versions: int = 0
+    # A write locks the whole store (SQLite's file lock), so cleanup pauses between its batches
+    # for the writers queued behind one.
+    store_write_lock: bool = False
 
     def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
         """Delete up to `limit` versions (0: all) beyond the newest `keep` of their key, or
@@ -245,12 +248,19 @@ class StateBackend(ABC):
         return [self.count(prefix, now, exact=exact, cap=cap) for prefix in prefixes]
 
     def groups(
-        self, prefix: str, now: float, *, whole: bool = False, start: str = "", like: str = ""
+        self,
+        prefix: str,
+        now: float,
+        *,
+        whole: bool = False,
+        start: str = "",
+        like: str = "",
+        limit: int = -1,
     ) -> list[str]:
         """The distinct fields that follow `prefix` in namespaces holding live rows, ascending:
         the text up to the next field separator, or (`whole`) the rest of the namespace. Only
         fields starting with `start`, and (when given) matching the SQL LIKE pattern `like`
-        (escape character `\\`)."""
+        (escape character `\\`); the first `limit` of them (-1: all)."""
         match = like_matcher(like) if like else None
         found: list[str] = []
         for row in self.scan(prefix + start):
@@ -259,7 +269,7 @@ class StateBackend(ABC):
             field = group_of(row.namespace, len(prefix), whole)
             if (not found or found[-1] != field) and (match is None or match(field)):
                 found.append(field)
-        return sorted(set(found))
+        return sorted(set(found))[: None if limit < 0 else limit]
 
     @abstractmethod
     def count_expired(self, now: float) -> int:

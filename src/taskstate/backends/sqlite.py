@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import itertools
 import os
 import sqlite3
 import stat
@@ -344,6 +345,8 @@ _INF = float("inf")
 
 
 class SQLiteBackend(HistoryBackend):
+    store_write_lock = True  # one writer at a time for the whole file
+
     def __init__(self, url: str, *, busy_timeout_s: float = 60.0, create: bool = True) -> None:
         """`create=False`: a missing file is a `DatabaseMissingError` instead of a new, empty
         database (so a read with a mistyped path does not leave a file behind)."""
@@ -669,19 +672,27 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def groups(
-        self, prefix: str, now: float, *, whole: bool = False, start: str = "", like: str = ""
+        self,
+        prefix: str,
+        now: float,
+        *,
+        whole: bool = False,
+        start: str = "",
+        like: str = "",
+        limit: int = -1,
     ) -> list[str]:
         lo = prefix + start
         params = {"lo": lo, "hi": prefix_upper_bound(lo) if lo else _TOP, "now": now}
-        fields = [
-            row[0] for row in self._conn().execute(_GROUPS[whole], {**params, "n": len(prefix)})
-        ]
-        if not like:
-            return fields
-        # Filtered here, not with SQL LIKE: SQLite's LIKE ignores ASCII case. The list holds
-        # one entry per distinct field in range, never rows.
-        match = like_matcher(like)
-        return [field for field in fields if match(field)]
+        cursor = self._conn().execute(_GROUPS[whole], {**params, "n": len(prefix)})
+        fields = (row[0] for row in cursor)
+        if like:
+            # Filtered here, not with SQL LIKE: SQLite's LIKE ignores ASCII case.
+            match = like_matcher(like)
+            fields = (field for field in fields if match(field))
+        try:  # the skip scan runs as the cursor is read: it stops at `limit`
+            return list(itertools.islice(fields, None if limit < 0 else limit))
+        finally:
+            cursor.close()  # a statement read part-way would keep its read snapshot
 
     @_typed_errors
     def count_expired(self, now: float) -> int:

@@ -162,6 +162,10 @@ class BackendContract:
         assert backend.groups(run, later, whole=True, start="y\x1f") == ["y\x1f10", "y\x1f2"]
         assert backend.groups(ASSET[:2], later, whole=True) == ["orders"]
         assert backend.groups(task_prefix("none"), later) == []
+        # `limit`: the first ones only (discovery asks for what its page shows), after `like`.
+        assert backend.groups(tasks, later, limit=2) == ["etl_a", "etlxa"]
+        assert backend.groups(tasks, later, like="%t", limit=1) == ["report"]
+        assert backend.groups(run, later, whole=True, limit=0) == []
 
     def test_scan_orders_by_namespace_then_key(self, backend: StateBackend) -> None:
         rows = [(NS_1, "b"), (NS, "z"), (NS, "a"), (ASSET, "w"), (NS_10, "a")]

@@ -219,12 +219,14 @@
         i === items.length - 1 ? h("span", { "aria-current": "page" }, label) : h("a", { href: link }, label)))));
   }
 
-  function pager(total, offset, onMove) {
-    if (total <= PAGE_SIZE && offset === 0) return h("div", { class: "ts-pager" }, `${total} ${total === 1 ? "entry" : "entries"}`);
+  // `exact` false (a listing's `exact_total`): more entries follow and `total` is only a lower
+  // bound — the server did not count them all, so the page costs what it shows.
+  function pager(total, offset, onMove, exact = true) {
+    if (exact && total <= PAGE_SIZE && offset === 0) return h("div", { class: "ts-pager" }, `${total} ${total === 1 ? "entry" : "entries"}`);
     const last = Math.min(offset + PAGE_SIZE, total);
     return h("nav", { class: "ts-pager", "aria-label": "Pages" },
       h("button", { type: "button", disabled: offset === 0, onclick: () => onMove(Math.max(0, offset - PAGE_SIZE)) }, "Previous"),
-      h("span", {}, `${total ? offset + 1 : 0}–${last} of ${total}`),
+      h("span", {}, exact ? `${total ? offset + 1 : 0}–${last} of ${total}` : `${offset + 1}–${last} of more than ${last}`),
       h("button", { type: "button", disabled: last >= total, onclick: () => onMove(offset + PAGE_SIZE) }, "Next"));
   }
 
@@ -404,7 +406,7 @@
       dagRows.length ? table("DAGs with task state", ["DAG", "Keys"], dagRows)
         : h("p", { class: "ts-empty" }, search ? `No DAG you may see has "${search}" in its id.` : "No task state yet."),
       search ? h("div", { class: "ts-pager" }, `${listed.length} ${listed.length === 1 ? "DAG matches" : "DAGs match"}`)
-        : pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }),
+        : pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }, dags.exact_total !== false),
       h("h2", { id: "ts-assets" }, "Assets with state"),
       assetRows.length ? table("Assets with state", ["Asset", "Keys"], assetRows) : h("p", { class: "ts-empty" }, "No asset state yet."));
   }
@@ -417,7 +419,7 @@
       crumbs([["State", href({})], ["Assets"]]),
       h("h1", {}, "Assets with state"), status, alertBox,
       rows.length ? table("Assets with state", ["Asset", "Keys"], rows) : h("p", { class: "ts-empty" }, "No asset state yet."),
-      pager(assets.total_entries, offset, (o) => { location.search = href({ view: "assets", offset: o }); }));
+      pager(assets.total_entries, offset, (o) => { location.search = href({ view: "assets", offset: o }); }, assets.exact_total !== false));
   }
 
   async function runsView(dagId) {
@@ -430,7 +432,7 @@
       rows.length ? table("Runs", ["Run", "Keys"], rows) : h("p", { class: "ts-empty" }, sessionStorage.getItem(TOKEN_KEY) || cfg.login
         ? "No run of this DAG holds state that you may see: it holds none, or your token or role does not cover this DAG."
         : "No run of this DAG holds state."),
-      pager(runs.total_entries, offset, (o) => { location.search = href({ dag_id: dagId, offset: o }); }));
+      pager(runs.total_entries, offset, (o) => { location.search = href({ dag_id: dagId, offset: o }); }, runs.exact_total !== false));
   }
 
   async function allTaskInstances(dagId, runId) {
@@ -504,8 +506,10 @@
       const columns = [...(all ? ["Map index"] : []), "Key", "Value", "Updated at", "Expires at", "Last updated by", ...(mayPut || mayDelete ? ["Actions"] : [])];
       const rows = [];
       let total = 0;
+      let exact = true;
       for (const [index, page] of pages) {
         total += page.total_entries;
+        exact = exact && page.exact_total !== false;
         for (const entry of page.task_state_store) {
           const actions = h("div", {},
             mayPut ? h("button", { type: "button", onclick: () => edit(entry), "aria-label": `Edit ${entry.key}` }, "Edit") : null,
@@ -515,8 +519,8 @@
       }
       body.replaceChildren(
         rows.length ? table(`State of ${label(indices[0])}`, columns, rows) : h("p", { class: "ts-empty" }, prefix ? `No key starts with "${prefix}".` : "This task instance holds no state."),
-        all ? h("p", { class: "ts-meta" }, `${total} keys across ${indices.length} map indices (at most 100 shown per index).`)
-          : pager(total, offset, (o) => { offset = o; load().catch(report); }));
+        all ? h("p", { class: "ts-meta" }, `${exact ? total : `More than ${total - 1}`} keys across ${indices.length} map indices (at most 100 shown per index).`)
+          : pager(total, offset, (o) => { offset = o; load().catch(report); }, exact));
       remember({ offset, key_prefix: prefix });
       say("");
     }
@@ -609,7 +613,7 @@
           mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => removeKey(entry), "aria-label": `Delete ${entry.key}` }, "Delete") : null))] : [])]);
       body.replaceChildren(
         rows.length ? table(`State of asset ${name}`, columns, rows) : h("p", { class: "ts-empty" }, prefix ? `No key starts with "${prefix}".` : "This asset holds no state."),
-        pager(page.total_entries, offset, (o) => { offset = o; load().catch(report); }));
+        pager(page.total_entries, offset, (o) => { offset = o; load().catch(report); }, page.exact_total !== false));
       remember({ offset, key_prefix: prefix });
       say("");
     }
