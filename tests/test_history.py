@@ -1,20 +1,28 @@
-"""State history on SQLite (docs/history.md): versions per write, as_of reads, restore."""
+"""State history (docs/history.md): versions per write, as_of reads, restore — on SQLite and
+PostgreSQL, each used directly and over HTTP (the remote accessors through `taskstate serve`)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from tests.api.server import running
 
 from taskstate import StateStore, TaskScope, Version
+from taskstate.api.serve import standalone_app
+from taskstate.api.tokens import Claims, SigningKeys
+from taskstate.backends.http import HttpBackend
 from taskstate.errors import HistoryUnavailableError, NaiveDatetimeError, VersionNotFoundError
 from taskstate.scope import AssetScope
 from taskstate.settings import Settings
 
 SCOPE = TaskScope("etl", "run_1", "load")
+SECRET = "history-tests-secret-key-0123456789abcdef"
 
 
 class Clock:
@@ -41,14 +49,39 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return fresh
 
 
-def make(url: str, clock: Clock, **options: int) -> StateStore:
-    settings = dataclasses.replace(Settings(), **options)
-    return StateStore(url, settings=settings, clock=clock)
+Maker = Callable[..., StateStore]
 
 
-def test_every_changing_write_is_a_version_and_refused_ones_are_not(url: str) -> None:
+def local(url: str, clock: Clock, **options: int) -> StateStore:
+    """A store where the database is (what `clean` needs)."""
+    return StateStore(url, settings=dataclasses.replace(Settings(), **options), clock=clock)
+
+
+@pytest.fixture(params=["local", "http"])
+def make(request: pytest.FixtureRequest, url: str) -> Iterator[Maker]:
+    """`make(clock, **settings)`: a store on `url`, used directly or over HTTP (the remote
+    accessors, through the app `taskstate serve` serves on that store). Each call opens a new
+    one on the same database, with its own settings."""
+    with ExitStack() as stack:
+
+        def open_(clock: Clock, **options: int) -> StateStore:
+            settings = dataclasses.replace(Settings(), **options)
+            database = stack.enter_context(StateStore(url, settings=settings, clock=clock))
+            if request.param == "local":
+                return database
+            keys = SigningKeys([SECRET])
+            base = stack.enter_context(running(standalone_app(database, keys)))
+            token = keys.issue(Claims(subject="history-tests", admin=True))
+            backend = HttpBackend(base + "/taskstate", token=token)
+            remote = StateStore(settings=settings, backend=backend, clock=clock)
+            return stack.enter_context(remote)
+
+        yield open_
+
+
+def test_every_changing_write_is_a_version_and_refused_ones_are_not(make: Maker) -> None:
     clock = Clock()
-    store = make(url, clock)
+    store = make(clock)
     state = store.task_state(SCOPE)
     state.set("k", 1)
     clock.tick()
@@ -72,7 +105,9 @@ def test_every_changing_write_is_a_version_and_refused_ones_are_not(url: str) ->
         history[0].value = 5  # type: ignore[misc]
     first = history[-1]
     assert first.updated_at.tzinfo is timezone.utc and first.updated_by is not None
-    assert first.updated_by["kind"] == "task"
+    # The writer: the task locally; over HTTP the token's subject (the server's credentials)
+    assert first.updated_by["kind"] in ("task", "api")
+    assert history[0].updated_by == first.updated_by  # a delete records its writer too
     assert first.expires_at is not None and first.expires_at.tzinfo is timezone.utc
     state.set("k", "again")  # created again: the number goes on
     assert state.history("k", limit=1)[0].version == 5
@@ -81,9 +116,9 @@ def test_every_changing_write_is_a_version_and_refused_ones_are_not(url: str) ->
     assert state.history("other")[0].op == "clear"
 
 
-def test_as_of_reads_the_value_held_then(url: str) -> None:
+def test_as_of_reads_the_value_held_then(make: Maker) -> None:
     clock = Clock()
-    store = make(url, clock)
+    store = make(clock)
     state = store.task_state(SCOPE)
     before = clock.tick()
     clock.tick()
@@ -103,9 +138,9 @@ def test_as_of_reads_the_value_held_then(url: str) -> None:
     assert isinstance(caught.value, TypeError)
 
 
-def test_history_is_bounded_and_as_of_past_the_window_is_unavailable(url: str) -> None:
+def test_history_is_bounded_and_as_of_past_the_window_is_unavailable(make: Maker) -> None:
     clock = Clock()
-    store = make(url, clock, history_versions=3)
+    store = make(clock, history_versions=3)
     state = store.task_state(SCOPE)
     early = clock.tick()
     clock.tick()
@@ -122,13 +157,13 @@ def test_history_is_bounded_and_as_of_past_the_window_is_unavailable(url: str) -
     with pytest.raises(HistoryUnavailableError):
         state.get("k", as_of=early)  # version 1 was pruned: before it is unknown too
     # A lower setting caps what history() returns at once, before any clean.
-    narrower = make(url, clock, history_versions=2).task_state(SCOPE)
+    narrower = make(clock, history_versions=2).task_state(SCOPE)
     assert [v.version for v in narrower.history("k")] == [6, 5]
 
 
-def test_restore_writes_a_version_back(url: str) -> None:
+def test_restore_writes_a_version_back(make: Maker) -> None:
     clock = Clock()
-    store = make(url, clock)
+    store = make(clock)
     asset = store.asset_state(AssetScope("s3://bucket/x"))
     asset.set("cursor", {"at": 1})
     asset.set("cursor", {"at": 999})
@@ -145,9 +180,9 @@ def test_restore_writes_a_version_back(url: str) -> None:
     assert [v.op for v in asyncio.run(asset.ahistory("cursor", 2))] == ["restore", "set"]
 
 
-def test_restore_task_undoes_a_clear(url: str) -> None:
+def test_restore_task_undoes_a_clear(make: Maker) -> None:
     clock = Clock()
-    store = make(url, clock)
+    store = make(clock)
     mapped = [store.task_state(TaskScope("etl", "run_1", "load", i)) for i in range(2)]
     mapped[0].set("a", 1)
     mapped[1].set("b", 2)
@@ -160,9 +195,9 @@ def test_restore_task_undoes_a_clear(url: str) -> None:
     assert mapped[0].history("a", 1)[0].op == "restore"
 
 
-def test_history_off_keeps_nothing_and_refuses_the_past(url: str) -> None:
+def test_history_off_keeps_nothing_and_refuses_the_past(make: Maker) -> None:
     clock = Clock()
-    store = make(url, clock, history_versions=0)
+    store = make(clock, history_versions=0)
     state = store.task_state(SCOPE)
     state.set("k", 1)
     assert state.history("k") == []
@@ -174,7 +209,7 @@ def test_history_off_keeps_nothing_and_refuses_the_past(url: str) -> None:
 
 def test_clean_prunes_by_age_but_keeps_a_live_keys_newest(url: str) -> None:
     clock = Clock()
-    store = make(url, clock, history_retention_days=1, default_retention_days=0)
+    store = local(url, clock, history_retention_days=1, default_retention_days=0)
     state = store.task_state(SCOPE)
     for n in range(5):
         state.set("k", n)
@@ -188,7 +223,7 @@ def test_clean_prunes_by_age_but_keeps_a_live_keys_newest(url: str) -> None:
 
 def test_expiry_by_cleanup_is_a_version(url: str) -> None:
     clock = Clock()
-    store = make(url, clock, default_retention_days=1)
+    store = local(url, clock, default_retention_days=1)
     state = store.task_state(SCOPE)
     state.set("k", 1)
     clock.tick(2 * 86400)

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from itertools import groupby
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from taskstate.accessors import AssetStateStore, MetaState, TaskStateStore, _Accessor
 from taskstate.backends import load_worker_backend, open_backend
@@ -50,6 +50,9 @@ from taskstate.stored import (
 )
 from taskstate.values import decode_value, expires_at
 from taskstate.writers import Writer, task_writer, writer_text
+
+if TYPE_CHECKING:
+    from taskstate.backends.http import HttpBackend
 
 ImportEntry = tuple[TaskScope | AssetScope, str, object, float | None, float | None, Writer | None]
 """(scope, key, value, expires_at, updated_at, updated_by) for `StateStore.import_entries`."""
@@ -279,6 +282,9 @@ class StateStore:
         `as_of`, in one transaction: keys created since are deleted. The undo of a clear.
         Returns how many keys were live at `as_of` (now live again)."""
         at = instant(as_of)
+        if self._remote:  # the server's store keeps the history, and restores it
+            remote = cast("HttpBackend", self.backend)
+            return remote.restore_task(dag_id, run_id, task_id, as_of, map_index)
         if not self.history:
             raise self.no_history("nothing to restore")
         if map_index is None:
