@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from datetime import datetime, timezone
@@ -254,3 +255,66 @@ def test_an_offloaded_object_stays_while_a_kept_version_refers_to_it(
     assert store.cleanup().offloaded_orphans == 3
     assert len(list(offload._objects(offload.root))) == 3  # versions 5-7
     assert [v.value for v in state.history("k")] == [2, 1, 0]
+
+
+def _moved(url: str, clock: Clock, lines: list[str], **options: int) -> StateStore:
+    from taskstate.transfer import import_lines
+
+    store = local(url, clock, **options)
+    import_lines(store, lines)
+    return store
+
+
+def test_export_with_history_round_trips_and_numbers_stay_monotone(
+    url: str, tmp_path: Path
+) -> None:
+    from taskstate.transfer import ImportFormatError, export_lines, import_lines, version_lines
+
+    clock = Clock()
+    source = local(f"sqlite:///{tmp_path}/source.db", clock)
+    state = source.task_state(SCOPE)
+    state.set("k", "a")
+    between = clock.tick()
+    state.set("k", "b")
+    state.update("k", lambda v: v + "c")
+    state.set("gone", 1)
+    state.delete("gone")  # a deleted key: only its versions travel
+    source.asset_state(AssetScope(name="orders")).set("w", 7)
+    lines = [*export_lines(source), *version_lines(source)]
+    assert len(lines) == 2 + 3 + 2 + 1
+
+    clock.tick()
+    target = _moved(url, clock, lines)
+    moved = target.task_state(SCOPE)
+    want = [(v.version, v.op, v.value, v.updated_at, v.updated_by) for v in state.history("k")]
+    got = [(v.version, v.op, v.value, v.updated_at, v.updated_by) for v in moved.history("k")]
+    assert got[1:] == want  # the same versions, numbers kept on a store that never saw the key
+    assert (got[0][0], got[0][1], got[0][2]) == (4, "import", "bc")  # the arrival, on top
+    assert moved.get("k", as_of=between) == "a"
+    assert [(v.version, v.op) for v in moved.history("gone")] == [(2, "delete"), (1, "set")]
+    assert moved.get("gone") is None
+    orders = target.asset_state(AssetScope(name="orders"))
+    assert [v.op for v in orders.history("w")] == ["import", "set"]
+
+    # Into a store whose key has gone further: the file's versions come after its mark.
+    clock.tick()
+    for n in range(6):
+        moved.set("k", n)  # versions 5-10
+    import_lines(target, lines)
+    numbers = [v.version for v in moved.history("k", limit=5)]
+    assert numbers == [14, 13, 12, 11, 10]  # 11-13: the file's 1-3 shifted; 14: the import
+    assert [v.value for v in moved.history("k", limit=4)] == ["bc", "bc", "b", "a"]
+
+    # All or nothing: a bad version line writes no key and no version.
+    before = moved.history("k")
+    bogus = {**json.loads(lines[-1]), "op": "bogus"}
+    with pytest.raises(ImportFormatError, match="op must be one of"):
+        import_lines(target, [*lines, json.dumps(bogus)])
+    with pytest.raises(ImportFormatError, match="twice"):
+        import_lines(target, [*lines, lines[-1]])
+    assert moved.history("k") == before
+
+    # Bounded: a store keeping 2 versions keeps the newest 2 of the file's and the import.
+    narrow = _moved(f"sqlite:///{tmp_path}/narrow.db", clock, lines, history_versions=2)
+    assert [v.version for v in narrow.task_state(SCOPE).history("k", limit=10)] == [4, 3]
+    assert narrow.task_state(SCOPE).get("k") == "bc"

@@ -60,6 +60,33 @@ class VersionRow(NamedTuple):
     op: str
 
 
+class KeyVersion(NamedTuple):
+    """A version of one key to import (`export --with-history`): the key and its version."""
+
+    namespace: str
+    key: str
+    row: VersionRow
+
+
+def imported_versions(
+    versions: Sequence[KeyVersion],
+) -> dict[tuple[str, str], list[VersionRow]]:
+    """The versions to import, by key, oldest first."""
+    found: dict[tuple[str, str], list[VersionRow]] = {}
+    for item in versions:
+        found.setdefault((item.namespace, item.key), []).append(item.row)
+    for rows in found.values():
+        rows.sort(key=lambda row: row.version)
+    return found
+
+
+def shift_above(mark: int | None, oldest: int) -> int:
+    """What to add to imported version numbers so they come after the key's high-water mark
+    (`mark`, None: never written): none on a store that never saw the key (a restored backup
+    keeps its numbers), else enough that numbers keep growing and none is reused."""
+    return 0 if mark is None else max(0, mark - oldest + 1)
+
+
 class Row(NamedTuple):
     namespace: str
     key: str
@@ -344,8 +371,17 @@ class HistoryBackend(StateBackend):
 
     @abstractmethod
     def set_many(
-        self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None
-    ) -> int: ...
+        self,
+        rows: list[Row],
+        *,
+        replace: bool = True,
+        stamp: Stamp | None = None,
+        versions: Sequence[KeyVersion] = (),
+    ) -> int:
+        """`StateBackend.set_many`; with a stamp, also `versions` (an export's history) in the
+        same transaction, before the rows' own versions: each key's numbered after its mark
+        (`shift_above`), its mark raised, trimmed to `history_versions`; with `replace=False`
+        none of a key that exists."""
 
     @abstractmethod
     def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int: ...
@@ -371,6 +407,11 @@ class HistoryBackend(StateBackend):
         that has a kept version or a row (`restore_task`)."""
 
     @abstractmethod
+    def version_keys(self, prefix: str) -> list[tuple[str, str]]:
+        """(namespace, key) of every key under `prefix` ever written with history on (its mark),
+        in order (`export --with-history`)."""
+
+    @abstractmethod
     def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:
         """Write `writes` and delete `deletes` in one transaction, each a version
         (`restore_task`)."""
@@ -379,6 +420,11 @@ class HistoryBackend(StateBackend):
 def prefix_upper_bound(prefix: str) -> str:
     """The smallest string greater than every string that starts with `prefix`."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def prefix_bounds(prefix: str) -> dict[str, str]:
+    """`lo` and `hi` of the namespaces under `prefix` ("": all of them)."""
+    return {"lo": prefix, "hi": prefix_upper_bound(prefix) if prefix else "\U0010ffff"}
 
 
 def _live(row: Row, now: float) -> bool:

@@ -25,7 +25,7 @@ import sqlite3
 import stat
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -34,12 +34,16 @@ from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import (
     Entry,
     HistoryBackend,
+    KeyVersion,
     Row,
     SchemaStatus,
     Stamp,
     VersionRow,
+    imported_versions,
     like_matcher,
+    prefix_bounds,
     prefix_upper_bound,
+    shift_above,
 )
 from taskstate.errors import BackendBusyError, BackendError, ConfigError, DatabaseMissingError
 from taskstate.redaction import redact_url
@@ -170,6 +174,12 @@ _NEXT_VERSION = (
 )
 _APPEND = f"INSERT INTO {VERSIONS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _TRIM = f"DELETE FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version <= ?"
+_MARK = f"SELECT version FROM {MARKS} WHERE namespace = ? AND key = ?"
+_RAISE_MARK = (
+    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (?, ?, ?) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET version = max(version, excluded.version)"
+)
+_EXISTS = f"SELECT 1 FROM {TABLE} WHERE namespace = ? AND key = ?"
 _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
 _HISTORY = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
@@ -185,6 +195,9 @@ _VERSION = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version = ?"
 )
 _FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE namespace = ? AND key = ?"
+_VERSION_KEYS = (
+    f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi ORDER BY 1, 2"
+)
 _TASK_KEYS = (
     f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi "
     f"UNION SELECT namespace, key FROM {TABLE} WHERE namespace >= :lo AND namespace < :hi "
@@ -544,7 +557,14 @@ class SQLiteBackend(HistoryBackend):
         return result
 
     @_typed_errors
-    def set_many(self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None) -> int:
+    def set_many(
+        self,
+        rows: list[Row],
+        *,
+        replace: bool = True,
+        stamp: Stamp | None = None,
+        versions: Sequence[KeyVersion] = (),
+    ) -> int:
         params = [
             (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
         ]
@@ -552,6 +572,7 @@ class SQLiteBackend(HistoryBackend):
             if stamp is None or not self.history_versions:
                 written: int = conn.executemany(_SET if replace else _CREATE, params).rowcount
                 return written
+            self._import_versions(conn, versions, replace)
             written = 0
             for row, param in zip(rows, params, strict=True):
                 if conn.execute(_SET if replace else _CREATE, param).rowcount:
@@ -565,6 +586,23 @@ class SQLiteBackend(HistoryBackend):
                         stamp._replace(by=row.updated_by),
                     )
         return written
+
+    def _import_versions(
+        self, conn: sqlite3.Connection, versions: Sequence[KeyVersion], replace: bool
+    ) -> None:
+        """An export's versions, in the caller's transaction (`HistoryBackend.set_many`)."""
+        for (namespace, key), kept in imported_versions(versions).items():
+            if not replace and conn.execute(_EXISTS, (namespace, key)).fetchone():
+                continue  # the key stays as it is, and so does its history
+            mark = conn.execute(_MARK, (namespace, key)).fetchone()
+            shift = shift_above(None if mark is None else mark[0], kept[0].version)
+            conn.executemany(_APPEND, [
+                (namespace, key, v.version + shift, v.value, v.expires_at, v.updated_at,
+                 v.updated_by, v.op) for v in kept
+            ])  # fmt: skip
+            top = kept[-1].version + shift
+            conn.execute(_RAISE_MARK, (namespace, key, top))
+            conn.execute(_TRIM, (namespace, key, top - self.history_versions))
 
     @_typed_errors
     def versions(
@@ -593,6 +631,11 @@ class SQLiteBackend(HistoryBackend):
             current = self.versions(namespace, key, limit=1, at=at)
             found.append((namespace, key, current[0] if current else None))
         return found
+
+    @_typed_errors
+    def version_keys(self, prefix: str) -> list[tuple[str, str]]:
+        rows = self._conn().execute(_VERSION_KEYS, prefix_bounds(prefix))
+        return [(namespace, key) for namespace, key in rows]
 
     @_typed_errors
     def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:
