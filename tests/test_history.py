@@ -318,3 +318,40 @@ def test_export_with_history_round_trips_and_numbers_stay_monotone(
     narrow = _moved(f"sqlite:///{tmp_path}/narrow.db", clock, lines, history_versions=2)
     assert [v.version for v in narrow.task_state(SCOPE).history("k", limit=10)] == [4, 3]
     assert narrow.task_state(SCOPE).get("k") == "bc"
+
+
+@pytest.mark.postgres
+def test_postgres_as_of_seeks_the_at_index_in_custom_and_generic_plans(
+    fresh_postgres_url: str,
+) -> None:
+    """`get(as_of=)` is one seek of (namespace_md5, key_md5, updated_at, version) however many
+    versions and keys there are; the statement is prepared, so its generic plan must seek it
+    too (not walk the age index and filter)."""
+    import psycopg
+
+    from taskstate.backends import postgres
+
+    with StateStore(fresh_postgres_url, settings=Settings()) as store:
+        store.migrate()
+    namespace = SCOPE.namespace
+    sql = postgres._VERSIONS_AT
+    for name, number in (("ns", 1), ("key", 2), ("at", 3), ("limit", 4)):
+        sql = sql.replace(f"%({name})s", f"${number}")
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO taskstate_versions (namespace, key, version, value, updated_at, op) "
+            "SELECT %s, 'k' || (g %% 500), g / 500 + 1, '1', 1000000 + g, 'set' "
+            "FROM generate_series(0, 49999) g",
+            (namespace,),
+        )
+        conn.execute("ANALYZE taskstate_versions")
+        conn.execute(f"PREPARE as_of(text, text, float8, int) AS {sql}")
+        literal = namespace.replace("'", "''")
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            conn.execute(f"SET plan_cache_mode = {mode}")
+            plan = "\n".join(
+                row[0]
+                for row in conn.execute(f"EXPLAIN EXECUTE as_of('{literal}', 'k7', 1025000.5, 1)")
+            )
+            assert "Index Scan Backward using taskstate_versions_at" in plan, (mode, plan)
+            assert "Sort" not in plan, (mode, plan)

@@ -175,6 +175,26 @@ _NEXT_VERSION = (
 _APPEND = f"INSERT INTO {VERSIONS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _TRIM = f"DELETE FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version <= ?"
 _MARK = f"SELECT version FROM {MARKS} WHERE namespace = ? AND key = ?"
+# A stamped `set` is one statement: a TEMP trigger (this connection's alone, so another process,
+# an older taskstate or a store with history off never runs it) raises the key's mark, appends
+# the version and trims, inside the write's own statement. It fires only while
+# `taskstate_op()` names the operation: `set` names it around its statement (every other write
+# appends its version itself). Measured in bench/README.md ("History").
+_VERSIONING_BODY = (
+    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (new.namespace, new.key, 1) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET version = version + 1; "
+    f"INSERT INTO {VERSIONS} SELECT new.namespace, new.key, m.version, new.value, "
+    f"new.expires_at, new.updated_at, new.updated_by, taskstate_op() FROM {MARKS} m "
+    "WHERE m.namespace = new.namespace AND m.key = new.key; "
+    f"DELETE FROM {VERSIONS} WHERE namespace = new.namespace AND key = new.key AND version <= "
+    f"(SELECT version FROM {MARKS} WHERE namespace = new.namespace AND key = new.key) "
+    "- taskstate_keep();"
+)
+_VERSIONING = [
+    f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_{event} AFTER {event.upper()} "
+    f"ON {TABLE} WHEN taskstate_op() IS NOT NULL BEGIN {_VERSIONING_BODY} END"
+    for event in ("insert", "update")
+]
 _RAISE_MARK = (
     f"INSERT INTO {MARKS} (namespace, key, version) VALUES (?, ?, ?) "
     "ON CONFLICT (namespace, key) DO UPDATE SET version = max(version, excluded.version)"
@@ -318,6 +338,18 @@ def _release(conn: sqlite3.Connection, pid: int, path: Path) -> None:
         conn.close()
 
 
+class _Versioning:
+    """What a connection's versioning trigger reads (`_VERSIONING`): the operation of the
+    `set` running now (None: not a versioned write) and how many versions to keep. It holds no
+    reference to the connection or the backend, so the functions it backs make no cycle."""
+
+    __slots__ = ("keep", "op")
+
+    def __init__(self) -> None:
+        self.op: str | None = None
+        self.keep = 0
+
+
 class _Slot:
     """One thread's connection, closed when the slot goes rather than when the cyclic GC gets to
     it (CPython's connections sit in a reference cycle through their statement cache)."""
@@ -425,7 +457,21 @@ class SQLiteBackend(HistoryBackend):
         local = self._local
         local.slot, local.conn = _Slot(conn, self.path), conn
         local.pid, local.forks = os.getpid(), _forks
+        local.versioning = None  # installed on this connection's first versioned `set`
         return conn
+
+    def _versioning(self, conn: sqlite3.Connection) -> _Versioning:
+        """This connection's versioning trigger and what it reads, installed once."""
+        versioning: _Versioning | None = getattr(self._local, "versioning", None)
+        if versioning is None:
+            versioning = _Versioning()
+            state = versioning  # the functions close over it alone
+            conn.create_function("taskstate_op", 0, lambda: state.op)
+            conn.create_function("taskstate_keep", 0, lambda: state.keep)
+            for statement in _VERSIONING:
+                conn.execute(statement)
+            self._local.versioning = versioning
+        return versioning
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         # Switching a new file to WAL needs an exclusive lock and SQLite does not run the busy
@@ -476,6 +522,15 @@ class SQLiteBackend(HistoryBackend):
         params = (namespace, key, value, expires_at, now, updated_by)
         if stamp is None or not self.history_versions:
             self._conn().execute(_SET, params)
+            return
+        if stamp.at == now:  # the version is the row as written: the trigger records it
+            conn = self._conn()
+            versioning = self._versioning(conn)
+            versioning.op, versioning.keep = stamp.op, self.history_versions
+            try:
+                conn.execute(_SET, params)
+            finally:
+                versioning.op = None
             return
         with self._write_transaction(self._conn()) as conn:
             conn.execute(_SET, params)
