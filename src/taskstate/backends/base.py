@@ -70,21 +70,29 @@ class KeyVersion(NamedTuple):
 
 def imported_versions(
     versions: Sequence[KeyVersion],
-) -> dict[tuple[str, str], list[VersionRow]]:
-    """The versions to import, by key, oldest first."""
+    replace: bool,
+    exists: Callable[[str, str], bool],
+    mark: Callable[[str, str], int | None],
+) -> Iterator[tuple[str, str, list[tuple[object, ...]], int]]:
+    """What importing `versions` writes, key by key: (namespace, key, the versions' rows as
+    inserted, the key's new mark). A key's versions are numbered after its high-water mark
+    (`mark`: None when it was never written) — none shifted on a store that never saw the key,
+    so a restored backup keeps its numbers, else enough that numbers keep growing and none is
+    reused. With `replace=False` a key that `exists` keeps its history as it is."""
     found: dict[tuple[str, str], list[VersionRow]] = {}
     for item in versions:
         found.setdefault((item.namespace, item.key), []).append(item.row)
-    for rows in found.values():
-        rows.sort(key=lambda row: row.version)
-    return found
-
-
-def shift_above(mark: int | None, oldest: int) -> int:
-    """What to add to imported version numbers so they come after the key's high-water mark
-    (`mark`, None: never written): none on a store that never saw the key (a restored backup
-    keeps its numbers), else enough that numbers keep growing and none is reused."""
-    return 0 if mark is None else max(0, mark - oldest + 1)
+    for (namespace, key), kept in found.items():
+        if not replace and exists(namespace, key):
+            continue
+        kept.sort(key=lambda row: row.version)
+        high = mark(namespace, key)
+        shift = 0 if high is None else max(0, high - kept[0].version + 1)
+        rows: list[tuple[object, ...]] = [
+            (namespace, key, v.version + shift, v.value, v.expires_at, v.updated_at,
+             v.updated_by, v.op) for v in kept
+        ]  # fmt: skip
+        yield namespace, key, rows, kept[-1].version + shift
 
 
 class Row(NamedTuple):
@@ -379,9 +387,8 @@ class HistoryBackend(StateBackend):
         versions: Sequence[KeyVersion] = (),
     ) -> int:
         """`StateBackend.set_many`; with a stamp, also `versions` (an export's history) in the
-        same transaction, before the rows' own versions: each key's numbered after its mark
-        (`shift_above`), its mark raised, trimmed to `history_versions`; with `replace=False`
-        none of a key that exists."""
+        same transaction, before the rows' own versions (`imported_versions`), each key's mark
+        raised and its versions trimmed to `history_versions`."""
 
     @abstractmethod
     def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int: ...

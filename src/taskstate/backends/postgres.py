@@ -60,7 +60,6 @@ from taskstate.backends.base import (
     imported_versions,
     prefix_bounds,
     prefix_upper_bound,
-    shift_above,
 )
 from taskstate.errors import (
     BackendError,
@@ -859,17 +858,17 @@ class PostgresBackend(HistoryBackend):
     ) -> None:
         """An export's versions, in the caller's transaction (`HistoryBackend.set_many`); the
         mark's row lock keeps a concurrent writer from taking a number meanwhile."""
-        for (namespace, key), kept in imported_versions(versions).items():
-            if not replace and conn.execute(_EXISTS, (namespace, key)).fetchone():
-                continue  # the key stays as it is, and so does its history
-            mark = conn.execute(_MARK_FOR_UPDATE, (namespace, key)).fetchone()
-            shift = shift_above(None if mark is None else int(mark[0]), kept[0].version)
+
+        def mark(namespace: str, key: str) -> int | None:
+            row = conn.execute(_MARK_FOR_UPDATE, (namespace, key)).fetchone()
+            return None if row is None else int(row[0])
+
+        def exists(namespace: str, key: str) -> bool:
+            return conn.execute(_EXISTS, (namespace, key)).fetchone() is not None
+
+        for namespace, key, rows, top in imported_versions(versions, replace, exists, mark):
             with conn.cursor() as cursor:
-                cursor.executemany(_APPEND_IMPORTED, [
-                    (namespace, key, v.version + shift, v.value, v.expires_at, v.updated_at,
-                     v.updated_by, v.op) for v in kept
-                ])  # fmt: skip
-            top = kept[-1].version + shift
+                cursor.executemany(_APPEND_IMPORTED, rows)
             conn.execute(_RAISE_MARK, (namespace, key, top))
             conn.execute(_TRIM_TO, (namespace, key, top - self.history_versions))
 

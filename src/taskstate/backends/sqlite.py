@@ -43,7 +43,6 @@ from taskstate.backends.base import (
     like_matcher,
     prefix_bounds,
     prefix_upper_bound,
-    shift_above,
 )
 from taskstate.errors import BackendBusyError, BackendError, ConfigError, DatabaseMissingError
 from taskstate.redaction import redact_url
@@ -646,16 +645,16 @@ class SQLiteBackend(HistoryBackend):
         self, conn: sqlite3.Connection, versions: Sequence[KeyVersion], replace: bool
     ) -> None:
         """An export's versions, in the caller's transaction (`HistoryBackend.set_many`)."""
-        for (namespace, key), kept in imported_versions(versions).items():
-            if not replace and conn.execute(_EXISTS, (namespace, key)).fetchone():
-                continue  # the key stays as it is, and so does its history
-            mark = conn.execute(_MARK, (namespace, key)).fetchone()
-            shift = shift_above(None if mark is None else mark[0], kept[0].version)
-            conn.executemany(_APPEND, [
-                (namespace, key, v.version + shift, v.value, v.expires_at, v.updated_at,
-                 v.updated_by, v.op) for v in kept
-            ])  # fmt: skip
-            top = kept[-1].version + shift
+
+        def mark(namespace: str, key: str) -> int | None:
+            row = conn.execute(_MARK, (namespace, key)).fetchone()
+            return None if row is None else int(row[0])
+
+        def exists(namespace: str, key: str) -> bool:
+            return conn.execute(_EXISTS, (namespace, key)).fetchone() is not None
+
+        for namespace, key, rows, top in imported_versions(versions, replace, exists, mark):
+            conn.executemany(_APPEND, rows)
             conn.execute(_RAISE_MARK, (namespace, key, top))
             conn.execute(_TRIM, (namespace, key, top - self.history_versions))
 
