@@ -44,6 +44,10 @@ def url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """Each test on both built-in backends (the history contract)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path}/s.db"
+    return _postgres(request)
+
+
+def _postgres(request: pytest.FixtureRequest) -> str:
     fresh: str = request.getfixturevalue("fresh_postgres_url")
     with StateStore(fresh, settings=Settings()) as store:
         store.migrate()
@@ -58,17 +62,19 @@ def local(url: str, clock: Clock, **options: int) -> StateStore:
     return StateStore(url, settings=dataclasses.replace(Settings(), **options), clock=clock)
 
 
-@pytest.fixture(params=["local", "http"])
-def make(request: pytest.FixtureRequest, url: str) -> Iterator[Maker]:
-    """`make(clock, **settings)`: a store on `url`, used directly or over HTTP (the remote
-    accessors, through the app `taskstate serve` serves on that store). Each call opens a new
-    one on the same database, with its own settings."""
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres), "http"])
+def make(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Maker]:
+    """`make(clock, **settings)`: a store on SQLite or PostgreSQL, or one over HTTP (the remote
+    accessors, through the app `taskstate serve` serves on a SQLite store: what HTTP adds does
+    not depend on the server's backend). Each call opens a new one on the same database, with
+    its own settings."""
+    url = _postgres(request) if request.param == "postgres" else f"sqlite:///{tmp_path}/s.db"
     with ExitStack() as stack:
 
         def open_(clock: Clock, **options: int) -> StateStore:
             settings = dataclasses.replace(Settings(), **options)
             database = stack.enter_context(StateStore(url, settings=settings, clock=clock))
-            if request.param == "local":
+            if request.param != "http":
                 return database
             keys = SigningKeys([SECRET])
             base = stack.enter_context(running(standalone_app(database, keys)))
