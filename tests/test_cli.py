@@ -530,3 +530,15 @@ def test_task_and_asset_history_and_restore(run) -> None:  # type: ignore[no-unt
     assert run("asset", "get", "k", *asset).stdout.strip() == '"x"'
     missing = run("asset", "restore", "k", "--version", "9", *asset, ok=False)
     assert "no kept version 9" in missing.stderr
+    # export --with-history -> import elsewhere: the versions come along, numbers kept
+    exported = run("export", "--with-history")
+    assert "exported 2 keys, 8 versions" in exported.stderr
+    other = run.url.replace("state.db", "other.db")  # type: ignore[attr-defined]
+    proc = subprocess.run(
+        [sys.executable, "-m", "taskstate", "--url", other, "import"],
+        input=exported.stdout, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert "imported 2 keys" in proc.stdout and "8 history versions" in proc.stdout
+    with StateStore(other) as store:
+        moved = store.task_state(TaskScope("d", "r", "t")).history("cursor")
+    assert [(v.version, v.op) for v in moved][:2] == [(6, "import"), (5, "restore")]

@@ -104,6 +104,12 @@ class AccessorHook(Protocol):
         """An atomic update runs again because another writer committed first."""
 
 
+def check_limit(limit: object) -> None:
+    """`history(key, limit)`'s limit: None (all kept) or an int >= 0."""
+    if limit is not None and (not isinstance(limit, int) or limit < 0):
+        raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+
+
 class _Accessor:
     """What task and asset state share; subclasses differ in expiry and default writer.
 
@@ -170,18 +176,18 @@ class _Accessor:
         """The kept versions of `key`, newest first: at most `limit`, and never more than
         `[state_store] taskstate_history_versions` ([] when history is off)."""
         check_key(key)
-        if limit is not None and (not isinstance(limit, int) or limit < 0):
-            raise ValueError(f"limit must be an int >= 0 or None, got {limit!r}")
+        check_limit(limit)
         count = self._history if limit is None else min(limit, self._history)
         if count <= 0:
             return []
         rows = self._versioned.versions(self._ns, key, limit=count)
         return [self._store.version_of(row) for row in rows]
 
-    def restore(self, key: str, version: int) -> Version:
+    def restore(self, key: str, version: int, *, if_match: str | None = None) -> Version:
         """Write version `version` of `key` back as a new version (op `restore`), and return
         it. A deletion's version deletes the key. Expiry: the version's own if still ahead,
-        else the default retention."""
+        else the default retention. `if_match`: only over that etag of the key (else
+        `PreconditionFailedError`, nothing written; the API's and UI's If-Match)."""
         check_key(key)
         check_writable(self.scope)
         if not self._history:
@@ -194,12 +200,19 @@ class _Accessor:
             )
         now = self._clock()
         if row.value is None:
-            self._delete(key, "restore")
+            if if_match is None:
+                self._delete(key, "restore")
+            elif not self._delete_if(key, if_match, "restore"):
+                raise PreconditionFailedError(
+                    f"{key!r} in {self.scope} changed or is absent since it was read (etag "
+                    f"{if_match!r} no longer matches); read it again"
+                )
         else:
             expiry = row.expires_at
             if expiry is not None and expiry <= now:
                 expiry = self._expiry(None, now)
-            self.write(key, self._store.load_value(row.value), expires_at=expiry, op="restore")
+            value = self._store.load_value(row.value)
+            self.write(key, value, expires_at=expiry, if_match=if_match, op="restore")
         return self.history(key, 1)[0]
 
     def keys(self) -> list[str]:
@@ -417,6 +430,9 @@ class _Accessor:
     def delete_if(self, key: str, if_match: str | None) -> bool:
         """Remove `key` only if it is live and (with `if_match`) still that version; False
         when it changed or is absent (the HTTP API's DELETE with If-Match)."""
+        return self._delete_if(key, if_match, "delete")
+
+    def _delete_if(self, key: str, if_match: str | None, op: str) -> bool:
         check_key(key)
         found = self._backend.get(self._ns, key)
         if found is None or not is_live(found.expires_at, self._clock()):
@@ -424,7 +440,7 @@ class _Accessor:
         if if_match is not None and etag_of(*found) != if_match:
             return False
         gone = (
-            self._versioned.delete_if(self._ns, key, found, self._stamp("delete"))
+            self._versioned.delete_if(self._ns, key, found, self._stamp(op))
             if self._history
             else self._backend.delete_if(self._ns, key, found)
         )
@@ -533,9 +549,9 @@ class _Accessor:
         """`history` for async code."""
         return await off_loop(self.history, key, limit)
 
-    async def arestore(self, key: str, version: int) -> Version:
+    async def arestore(self, key: str, version: int, *, if_match: str | None = None) -> Version:
         """`restore` for async code."""
-        return await off_loop(self.restore, key, version)
+        return await off_loop(functools.partial(self.restore, key, version, if_match=if_match))
 
     async def adelete(self, key: str) -> None:
         """`delete` for async code."""

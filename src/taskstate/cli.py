@@ -664,13 +664,24 @@ def clean(dry_run: bool, batch_size: int | None, as_json: bool, airflow_offload:
 @main.command("export")
 @click.argument("output", type=click.File("w", encoding="utf-8"), default="-")
 @click.option("--dag-id", default=None, help="Only this DAG's task state.")
-def export_cmd(output: TextIO, dag_id: str | None) -> None:
+@click.option(
+    "--with-history",
+    is_flag=True,
+    help="Also every kept version of every key (deleted keys' too); import restores them.",
+)
+def export_cmd(output: TextIO, dag_id: str | None, with_history: bool) -> None:
     """Write all state (or one DAG's) as JSON lines to OUTPUT (default: stdout)."""
-    count = 0
-    for line in transfer.export_lines(_store(), task_prefix(dag_id) if dag_id else ""):
-        output.write(line + "\n")
-        count += 1
-    click.echo(f"exported {count} keys", err=True)
+    store, prefix = _store(), task_prefix(dag_id) if dag_id else ""
+    counts = {}
+    parts = [("keys", transfer.export_lines)]
+    if with_history:
+        parts.append(("versions", transfer.version_lines))
+    for what, lines in parts:
+        counts[what] = 0
+        for line in lines(store, prefix):
+            output.write(line + "\n")
+            counts[what] += 1
+    click.echo("exported " + ", ".join(f"{n} {what}" for what, n in counts.items()), err=True)
 
 
 @main.command("import")
@@ -686,6 +697,7 @@ def import_cmd(source: TextIO, keep_existing: bool) -> None:
     click.echo(
         f"imported {result.written} keys; skipped {result.skipped_expired} already expired"
         + (f"; kept {result.kept_existing} existing" if keep_existing else "")
+        + (f"; {result.versions} history versions" if result.versions else "")
     )
 
 

@@ -17,6 +17,8 @@ from taskstate.errors import NaiveDatetimeError
 
 #: Every operation a version can record.
 OPS = ("set", "update", "compare_and_set", "delete", "clear", "expire", "import", "restore")
+#: The operations whose version may hold no value (a deletion; `restore`: of a deletion).
+VALUELESS_OPS = ("delete", "clear", "expire", "restore")
 
 
 @dataclass(frozen=True)

@@ -22,14 +22,16 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskstate import wire
-from taskstate.accessors import AssetStateStore, TaskStateStore, _Accessor
+from taskstate.accessors import AssetStateStore, TaskStateStore, _Accessor, check_limit
 from taskstate.backends.http import HttpBackend, Request, json_body
 from taskstate.errors import (
     BackendError,
     KeyNotFoundError,
     OutcomeUnknownError,
     PreconditionFailedError,
+    VersionNotFoundError,
 )
+from taskstate.history import Version
 from taskstate.scope import AssetScope, TaskScope, check_writable
 from taskstate.stored import DEFAULT_EXPIRY, KEEP_EXPIRY, Expiry, Page, StoredEntry
 from taskstate.values import JsonValue, check_key, check_size, encode_value, expires_at
@@ -52,10 +54,12 @@ class _Remote(_Accessor):
         self._http = store.backend.http
         if isinstance(scope, TaskScope):
             self._path = wire.task_path(scope)
+            self._history_path = wire.task_path(scope, wire.TASK_HISTORY)
             self._query: dict[str, Any] = {wire.MAP_INDEX: scope.map_index}
             self._items = wire.TASK_ITEMS
         else:
             self._path = wire.ASSET_STATE
+            self._history_path = wire.ASSET_HISTORY
             self._query = {wire.NAME: scope.identity}
             self._items = wire.ASSET_ITEMS
 
@@ -106,10 +110,45 @@ class _Remote(_Accessor):
     # -- reading --------------------------------------------------------------------------
 
     def get(self, key: str, default: Any = None, *, as_of: datetime | None = None) -> Any:
-        if as_of is not None:  # no history over HTTP yet: the typed refusal
+        if as_of is not None:  # the base checks `as_of` (a naive one is refused here)
             return super().get(key, default, as_of=as_of)
         entry = self.entry(key)
         return default if entry is None else entry.value
+
+    def _get_as_of(self, key: str, default: Any, at: float) -> Any:
+        check_key(key)
+        query = {**self._query, wire.AS_OF: wire.iso(at)}
+        request = Request("GET", wire.key_path(self._history_path, key), query)
+        try:
+            response = self._http.send(request)
+        except KeyNotFoundError:  # the key held no value then
+            return default
+        return response.json()[wire.VALUE]
+
+    # -- history (docs/history.md): the server's store keeps it ----------------------------
+
+    def history(self, key: str, limit: int | None = None) -> list[Version]:
+        check_key(key)
+        check_limit(limit)
+        query = dict(self._query) if limit is None else {**self._query, wire.LIMIT: limit}
+        request = Request("GET", wire.key_path(self._history_path, key), query)
+        body = self._http.send(request).json()
+        return [wire.version_from_json(item) for item in body[wire.VERSIONS]]
+
+    def restore(self, key: str, version: int, *, if_match: str | None = None) -> Version:
+        check_key(key)
+        check_writable(self.scope)
+        if not isinstance(version, int) or not 1 <= version < 1 << 63:
+            raise VersionNotFoundError(
+                f"{key!r} in {self.scope} has no version {version!r}; history(key) lists the kept "
+                "ones"
+            )
+        headers = None if if_match is None else {wire.IF_MATCH: wire.quoted(if_match)}
+        body = json_body({wire.VERSION: version})
+        path = wire.key_path(self._history_path, key)
+        # Not resent on its own: a second restore would be a second version.
+        request = Request("POST", path, self._query, body, headers, idempotent=False)
+        return wire.version_from_json(self._http.send(request).json())
 
     def entry(self, key: str) -> StoredEntry | None:
         try:
@@ -230,7 +269,7 @@ class _Remote(_Accessor):
             if text is None:
                 return result
             write_id = f"{base}-{attempt}"
-            headers = {wire.WRITE_ID_HEADER: write_id}
+            headers = {wire.WRITE_ID_HEADER: write_id, wire.OP_HEADER: op}
             if current is None:
                 headers[wire.IF_NONE_MATCH] = "*"
             else:

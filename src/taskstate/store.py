@@ -13,12 +13,13 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from itertools import groupby
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, cast
 
 from taskstate.accessors import AssetStateStore, MetaState, TaskStateStore, _Accessor
 from taskstate.backends import load_worker_backend, open_backend
 from taskstate.backends.base import (
     HistoryBackend,
+    KeyVersion,
     Row,
     SchemaStatus,
     Stamp,
@@ -34,7 +35,7 @@ from taskstate.errors import (
     HistoryUnavailableError,
     OffloadedValueMissingError,
 )
-from taskstate.history import Version, instant, utc, writer_dict
+from taskstate.history import OPS, VALUELESS_OPS, Version, instant, utc, writer_dict
 from taskstate.metrics import Metrics, configured
 from taskstate.scope import META_PREFIX, AssetScope, TaskScope, parse_namespace, task_prefix
 from taskstate.settings import Settings
@@ -49,11 +50,29 @@ from taskstate.stored import (
     is_live,
     stored_ref,
 )
-from taskstate.values import decode_value, expires_at
+from taskstate.values import check_key, decode_value, expires_at
 from taskstate.writers import Writer, task_writer, writer_text
+
+if TYPE_CHECKING:
+    from taskstate.backends.http import HttpBackend
 
 ImportEntry = tuple[TaskScope | AssetScope, str, object, float | None, float | None, Writer | None]
 """(scope, key, value, expires_at, updated_at, updated_by) for `StateStore.import_entries`."""
+
+
+class ImportVersion(NamedTuple):
+    """A kept version of a key, as `export --with-history` wrote it, for `import_entries`;
+    `value` None for a deletion."""
+
+    scope: TaskScope | AssetScope
+    key: str
+    version: int
+    value: object
+    expires_at: float | None
+    updated_at: float
+    updated_by: Writer | None
+    op: str
+
 
 __all__ = [
     "DEFAULT_EXPIRY",
@@ -316,6 +335,9 @@ class StateStore:
         `as_of`, in one transaction: keys created since are deleted. The undo of a clear.
         Returns how many keys were live at `as_of` (now live again)."""
         at = instant(as_of)
+        if self._remote:  # the server's store keeps the history, and restores it
+            remote = cast("HttpBackend", self.backend)
+            return remote.restore_task(dag_id, run_id, task_id, as_of, map_index)
         if not self.history:
             raise self.no_history("nothing to restore")
         if map_index is None:
@@ -362,21 +384,37 @@ class StateStore:
         accessor = self._accessor(scope, writer)
         accessor.write(key, value, expires_at=expires, op="import")
 
-    def import_entries(self, entries: Iterable[ImportEntry], *, replace: bool = True) -> int:
+    def import_entries(
+        self, entries: Iterable[ImportEntry | ImportVersion], *, replace: bool = True
+    ) -> int:
         """Write many keys all or nothing: every value is checked and offloaded first, then one
         backend transaction writes them all. `replace=False` keeps keys that already exist.
         Each entry keeps its `updated_at` (None: now) and its writer as given (None: unknown),
-        so a restored backup says who wrote each key and when. Returns how many rows were
-        written."""
+        so a restored backup says who wrote each key and when. `ImportVersion`s (an export's
+        history) go in the same transaction, before the keys' own `import` versions, numbered
+        after each key's mark (docs/history.md); ignored with history off. Returns how many
+        rows were written."""
         with self.metrics.timer("taskstate.store.import"):
             return self._import_entries(entries, replace)
 
-    def _import_entries(self, entries: Iterable[ImportEntry], replace: bool) -> int:
+    def _import_entries(self, entries: Iterable[ImportEntry | ImportVersion], replace: bool) -> int:
         now = self.clock()
         rows: list[Row] = []
+        versions: list[KeyVersion] = []
+        numbers: set[tuple[str, str, int]] = set()
         uploaded: list[str] = []
         try:
-            for scope, key, value, expires, updated_at, writer in entries:
+            for item in entries:
+                if isinstance(item, ImportVersion):
+                    if not self.history:
+                        continue  # nowhere to keep it (and nothing to upload for it)
+                    kept = self._imported_version(item, uploaded)
+                    if (kept.namespace, kept.key, item.version) in numbers:
+                        raise ValueError(f"version {item.version} of {item.key!r} is there twice")
+                    numbers.add((kept.namespace, kept.key, item.version))
+                    versions.append(kept)
+                    continue
+                scope, key, value, expires, updated_at, writer = item
                 accessor = self._accessor(scope, None)
                 text = accessor.stored_text(key, value, uploaded)
                 expiry = expires if isinstance(scope, TaskScope) else None
@@ -386,11 +424,46 @@ class StateStore:
                 # Each imported key's version is stamped with the import time, so
                 # `get(as_of=...)` never predates its arrival here.
                 stamp = Stamp("import", now)
-                return self._versioned.set_many(rows, replace=replace, stamp=stamp)
+                return self._versioned.set_many(
+                    rows, replace=replace, stamp=stamp, versions=versions
+                )
             return self.backend.set_many(rows, replace=replace)
         except BaseException:
             self.objects.discard(uploaded)
             raise
+
+    def _imported_version(self, item: ImportVersion, uploaded: list[str]) -> KeyVersion:
+        """An export's version, checked by the same rules as a write (offloaded like one)."""
+        if item.op not in OPS:
+            raise ValueError(f"op must be one of {', '.join(OPS)}, got {item.op!r}")
+        if not isinstance(item.version, int) or not 1 <= item.version < 1 << 62:
+            raise ValueError(f"version must be a positive integer, got {item.version!r}")
+        check_key(item.key)
+        text = None
+        if item.value is not None:
+            accessor = self._accessor(item.scope, None)
+            text = accessor._offload(item.key, accessor._encode(item.key, item.value), uploaded)
+        elif item.op not in VALUELESS_OPS:
+            raise ValueError(
+                f"a {item.op!r} version needs a value (only {VALUELESS_OPS} have none)"
+            )
+        expiry = item.expires_at if isinstance(item.scope, TaskScope) else None
+        row = VersionRow(
+            item.version, text, expiry, item.updated_at, writer_text(item.updated_by), item.op
+        )
+        return KeyVersion(item.scope.namespace, item.key, row)
+
+    def kept_versions(
+        self, prefix: str = ""
+    ) -> Iterator[tuple[TaskScope | AssetScope, str, Version]]:
+        """Every kept version of every key under `prefix` (deleted keys' too), each key's oldest
+        first (`export --with-history`)."""
+        if not self.history:
+            raise self.no_history("there are no versions to export")
+        for namespace, key in self._versioned.version_keys(prefix):
+            scope = parse_namespace(namespace)
+            for row in reversed(self._versioned.versions(namespace, key, limit=self.history)):
+                yield scope, key, self.version_of(row)
 
     def cleanup(
         self,

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Final
 from urllib.parse import quote
 
 from taskstate import errors
+from taskstate.history import Version, instant
 from taskstate.scope import TaskScope
 from taskstate.stored import StoredEntry
 
@@ -36,6 +37,12 @@ TASK_META: Final = TASK_INSTANCES + "/{task_id}/taskstate-meta"
 ASSETS: Final = "/api/v2/assets"
 ASSET_STATE: Final = ASSETS + "/state-store"  # ?name=N (or ?uri=U)
 ASSET_STATE_BY_ID: Final = ASSETS + "/{asset_id}/state-store"  # inside Airflow only
+# State history (docs/history.md): taskstate's own segment, so no Airflow `{key:path}` route
+# can match it. GET .../{key}: the kept versions (`?as_of=`: the value then); POST .../{key}:
+# restore a version; POST on a task's collection: restore the task instance as of an instant.
+TASK_HISTORY: Final = TASK_INSTANCES + "/{task_id}/taskstate-history"
+ASSET_HISTORY: Final = ASSETS + "/taskstate-history"  # ?name=N (or ?uri=U)
+ASSET_HISTORY_BY_ID: Final = ASSETS + "/{asset_id}/taskstate-history"  # inside Airflow only
 UI_ACCESS: Final = "/ui/access"
 
 # -- fields: query parameters, bodies, collections -------------------------------------------
@@ -62,6 +69,13 @@ EXACT_TOTAL: Final = "exact_total"
 TASK_ITEMS: Final = "task_state_store"
 ASSET_ITEMS: Final = "asset_state_store"
 DETAIL: Final = "detail"
+AS_OF: Final = "as_of"  # an ISO 8601 instant with its offset
+VERSION: Final = "version"
+VERSIONS: Final = "versions"
+OP: Final = "op"
+UPDATED_BY: Final = "updated_by"  # a version's writer: the same dict as last_updated_by
+RESTORED: Final = "restored"  # how many keys a task instance's restore made live again
+HISTORY_FIELDS: Final = frozenset({AS_OF, VERSION, VERSIONS, OP, UPDATED_BY, RESTORED})
 MAX_PAGE: Final = 100  # Airflow's default [api] maximum_page_limit
 # Discovery listings (`DAGS`, `DAG_RUNS`, `TASK_INSTANCES`, `ASSETS`) and the writer's identity.
 DISCOVERY_FIELDS: Final = frozenset(
@@ -78,13 +92,18 @@ FIELDS: Final = frozenset(
     | DISCOVERY_FIELDS
     | WRITER_FIELDS
     | HEALTH_FIELDS
+    | HISTORY_FIELDS
 )
 """Every name the API's bodies and query strings use (a test holds models.py and app.js to it)."""
 ROUTES: Final = (
     *(HEALTH, DAGS, DAG_RUNS, TASK_INSTANCES, TASK_STATE, TASK_META),
     *(ASSETS, ASSET_STATE, ASSET_STATE_BY_ID, UI_ACCESS),
+    *(TASK_HISTORY, ASSET_HISTORY, ASSET_HISTORY_BY_ID),
 )
-ROUTES_WITH_KEYS: Final = (TASK_STATE, TASK_META, ASSET_STATE, ASSET_STATE_BY_ID)
+ROUTES_WITH_KEYS: Final = (
+    *(TASK_STATE, TASK_META, ASSET_STATE, ASSET_STATE_BY_ID),
+    *(TASK_HISTORY, ASSET_HISTORY, ASSET_HISTORY_BY_ID),
+)
 
 # -- headers ---------------------------------------------------------------------------------
 
@@ -94,6 +113,10 @@ IF_NONE_MATCH: Final = "If-None-Match"
 ERROR_HEADER: Final = "X-Taskstate-Error"
 WRITE_ID_HEADER: Final = "X-Taskstate-Write-Id"
 VIA_HEADER: Final = "X-Taskstate-Via"  # "ui" from the state pages (writers.api_writer)
+# On a conditional PUT from the client's `update` / `compare_and_set`: the operation its
+# history version records (any other value, or none, records `set`).
+OP_HEADER: Final = "X-Taskstate-Op"
+ATOMIC_OPS: Final = frozenset({"update", "compare_and_set"})
 JSON_TYPE: Final = "application/json"
 
 
@@ -196,6 +219,62 @@ def entry_from_json(item: Mapping[str, Any], etag: str | None = None) -> StoredE
     )
 
 
+def version_json(version: Version) -> dict[str, Any]:
+    """A kept version as the API shows it."""
+    return {
+        VERSION: version.version,
+        VALUE: version.value,
+        OP: version.op,
+        UPDATED_AT: _iso_datetime(version.updated_at),
+        EXPIRES_AT: _iso_datetime(version.expires_at),
+        UPDATED_BY: version.updated_by,
+    }
+
+
+def version_from_json(item: Mapping[str, Any]) -> Version:
+    """The inverse of `version_json`."""
+    updated_at = _datetime(item[UPDATED_AT])
+    assert updated_at is not None
+    return Version(
+        version=int(item[VERSION]),
+        value=item[VALUE],
+        op=item[OP],
+        updated_at=updated_at,
+        updated_by=item.get(UPDATED_BY),
+        expires_at=_datetime(item.get(EXPIRES_AT)),
+    )
+
+
+def _iso_datetime(when: datetime | None) -> str | None:
+    return None if when is None else iso(when.timestamp())
+
+
+def _datetime(text: str | None) -> datetime | None:
+    seconds = epoch(text)
+    return None if seconds is None else datetime.fromtimestamp(seconds, timezone.utc)
+
+
+def instant_text(when: datetime) -> str:
+    """An aware instant as `?as_of=` / a restore body carries it (UTC, `Z`)."""
+    text = iso(instant(when))
+    assert text is not None
+    return text
+
+
+def parse_instant(text: str) -> datetime:
+    """`?as_of=` / a body's `as_of` -> an aware datetime; without an offset it is refused
+    (`NaiveDatetimeError`, 422), as the Python API refuses a naive datetime."""
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise errors.NaiveDatetimeError(
+            f"as_of must be an ISO 8601 instant with its offset (e.g. 2026-01-31T12:00:00Z), "
+            f"got {text[:40]!r}"
+        ) from None
+    instant(when)  # the same refusal as the Python API for one without an offset
+    return when
+
+
 # -- errors ----------------------------------------------------------------------------------
 
 # Every typed error the server raises on purpose: its status, and for bad input where in the
@@ -208,7 +287,11 @@ ERRORS: Final[tuple[tuple[type[errors.TaskStateError], int, tuple[str, ...] | No
     (errors.InvalidRetentionError, 422, ("body", EXPIRES_AT)),
     (errors.InvalidValueError, 422, ("body", "value")),
     (errors.UnsupportedValueTypeError, 422, ("body", "value")),
+    (errors.NaiveDatetimeError, 422, ("query", AS_OF)),
     (errors.KeyNotFoundError, 404, None),
+    (errors.VersionNotFoundError, 404, None),
+    # Pruned (or history off): no value to give rather than a wrong one.
+    (errors.HistoryUnavailableError, 410, None),
     (errors.PreconditionFailedError, 412, None),
     (errors.InvalidTokenError, 401, None),
     (errors.StaleTryError, 409, None),

@@ -148,6 +148,30 @@ def test_permissions_are_airflows(deployment: Deployment, run_id: str) -> None:
         assert admin.get(f"{V2}/dags").json()["dags"][0]["dag_id"] == "ts_api"
 
 
+def test_history_routes_inside_airflow_with_airflows_permissions(
+    deployment: Deployment, run_id: str
+) -> None:
+    """A viewer may read a key's history, not restore it; a restore of a task instance Airflow
+    does not know is 404, as a write is (docs/api.md, "State history")."""
+    state = f"{task_url(run_id, 'writer')}/history_key"
+    history = state.replace("/state-store/", "/taskstate-history/")
+    with deployment.client("admin") as admin:
+        assert admin.put(state, json={"value": "good"}).status_code == 204
+        assert admin.put(state, json={"value": "bad"}).status_code == 204
+    with deployment.client("viewer") as viewer:
+        versions = viewer.get(history).json()["versions"]
+        assert [v["value"] for v in versions[:2]] == ["bad", "good"]
+        first = versions[1]["version"]
+        refused = viewer.post(history, json={"version": first})
+        assert refused.status_code == 403, refused.text
+    with deployment.client("admin") as admin:
+        done = admin.post(history, json={"version": first})
+        assert done.status_code == 200, done.text
+        assert done.json()["op"] == "restore" and admin.get(state).json()["value"] == "good"
+        missing = history.replace("/writer/", "/no_such_task/")
+        assert admin.post(missing, json={"version": 1}).status_code == 404
+
+
 def test_taskstate_tokens_work_inside_airflow(deployment: Deployment, run_id: str) -> None:
     url = f"{task_url(run_id, 'writer')}/written_by_dag"
     allowed = {"Authorization": f"Bearer {deployment.taskstate_token(dag_ids=('ts_*',))}"}

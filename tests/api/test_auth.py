@@ -20,6 +20,10 @@ SCOPE = TaskScope("etl_daily", "r1", "t1", 0)
 ASSET = AssetScope(name="orders")
 TASK = "/taskstate/api/v2/dags/etl_daily/dagRuns/r1/taskInstances/t1/state-store"
 ASSETS = "/taskstate/api/v2/assets/state-store"
+HISTORY = TASK.replace("/state-store", "/taskstate-history")
+ASSET_HISTORY = ASSETS.replace("/state-store", "/taskstate-history")
+SOON = "2027-01-15T08:00:01Z"  # just after the test clock's now (keys are live then)
+LATEST = {"version": "latest"}  # a restore's body: the key's newest kept version (`_body`)
 ON_TASK = {"map_index": 0}
 ON_ASSET = {"name": "orders"}
 
@@ -37,7 +41,15 @@ OPERATIONS: list[tuple[str, str, str, dict[str, Any], Any, str]] = [
     ("asset-put", "PUT", f"{ASSETS}/k", ON_ASSET, {"value": 2}, "asset-write"),
     ("asset-delete", "DELETE", f"{ASSETS}/k", ON_ASSET, None, "asset-write"),
     ("asset-clear", "DELETE", ASSETS, ON_ASSET, None, "asset-write"),
-]
+    # State history: a read-only token may read it, not restore.
+    ("history", "GET", f"{HISTORY}/k", ON_TASK, None, "task-read"),
+    ("as-of", "GET", f"{HISTORY}/k", {**ON_TASK, "as_of": SOON}, None, "task-read"),
+    ("restore", "POST", f"{HISTORY}/k", ON_TASK, LATEST, "task-write"),
+    ("restore-task", "POST", HISTORY, {"all_map_indices": "true"},
+     {"as_of": SOON}, "task-all"),
+    ("asset-history", "GET", f"{ASSET_HISTORY}/k", ON_ASSET, None, "asset-read"),
+    ("asset-restore", "POST", f"{ASSET_HISTORY}/k", ON_ASSET, LATEST, "asset-write"),
+]  # fmt: skip
 TASK_ALL = {"task-read", "task-write", "task-all"}
 ASSET_ALL = {"asset-read", "asset-write"}
 
@@ -70,6 +82,15 @@ def _seed(served: Served) -> None:
     served.store.asset_state(ASSET).set("k", 1)
 
 
+def _body(served: Served, path: str, body: Any) -> Any:
+    if body is not LATEST:
+        return body
+    state = (
+        served.store.asset_state(ASSET) if "/assets/" in path else served.store.task_state(SCOPE)
+    )
+    return {"version": state.history("k", 1)[0].version}
+
+
 def _state(served: Served) -> tuple[object, object]:
     return (
         served.store.task_state(SCOPE).items(),
@@ -85,7 +106,7 @@ def test_claims_decide_every_route(
         for name, method, path, params, body, touches in OPERATIONS:
             _seed(served)
             before = _state(served)
-            response = client.request(method, path, params=params, json=body)
+            response = client.request(method, path, params=params, json=_body(served, path, body))
             if touches in allowed:
                 assert response.status_code in (200, 204), (name, response.text)
             else:
@@ -132,7 +153,7 @@ def test_bad_tokens_are_401_on_every_route(served: Served, why: str, token: str)
         for name, method, path, params, body, _ in OPERATIONS:
             _seed(served)
             before = _state(served)
-            response = client.request(method, path, params=params, json=body)
+            response = client.request(method, path, params=params, json=_body(served, path, body))
             assert response.status_code == 401, (why, name, response.text)
             assert response.headers["www-authenticate"] == "Bearer"
             assert _state(served) == before

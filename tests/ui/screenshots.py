@@ -107,6 +107,22 @@ def conflict_and_dark(browser: Browser, ui: str, store: StateStore) -> None:
     dark.close()
 
 
+def history_panel(browser: Browser, ui: str, store: StateStore) -> None:
+    """A key's history panel after a bad write from the command line (docs/history.md)."""
+    load = TaskScope("orders_etl", "scheduled__2026-12-01T00:00:00+00:00", "load", -1)
+    store.task_state(load).set("offset", 48377)
+    cli = {"kind": "api", "via": "cli", "user": "alice"}
+    store.task_state(load, writer=cli).set("offset", 0)  # the bad write
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    task = "?dag_id=orders_etl&run_id=scheduled__2026-12-01T00:00:00%2B00:00&task_id=load"
+    page.goto(ui + task)
+    page.get_by_role("button", name="History of offset").click()
+    expect(page.get_by_role("dialog").locator("tbody tr").first).to_be_visible()
+    shoot(page, "ui-serve-history")
+    context.close()
+
+
 def standalone(browser: Browser) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = StateStore(f"sqlite:///{tmp}/state.db")
@@ -114,6 +130,7 @@ def standalone(browser: Browser) -> None:
         with store, running(standalone_app(store, None)) as base:
             standalone_views(browser, f"{base}/taskstate/ui/", "ui-serve")
             conflict_and_dark(browser, f"{base}/taskstate/ui/", store)
+            history_panel(browser, f"{base}/taskstate/ui/", store)
 
 
 def main(versions: list[str]) -> None:

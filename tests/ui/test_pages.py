@@ -3,6 +3,7 @@ browser is checked through the Python store, every refusal by what the store sti
 
 from __future__ import annotations
 
+import re
 import time
 from datetime import timedelta
 
@@ -425,3 +426,76 @@ def test_on_call_at_scale_jump_zone_pages_filters_dark_and_sign_out(
     expect(page.get_by_role("heading", name="Sign in to see state")).to_be_visible()
     assert page.evaluate("sessionStorage.getItem('taskstate.token')") is None
     context.close()
+
+
+def test_history_panel_shows_who_when_and_restores_behind_confirmation_and_if_match(
+    served: Served, page: Page
+) -> None:
+    seed(served)
+    state = served.store.task_state(LOAD)
+    cli = {"kind": "api", "via": "cli", "user": "alice"}
+    served.store.task_state(LOAD, writer=cli).set("offset", {"n": 999})  # the bad write
+    page.goto(task_url(served))
+    page.get_by_role("button", name="History of offset").click()
+    panel = page.get_by_role("dialog", name="History of offset")
+    rows = panel.locator("tbody tr")
+    expect(rows).to_have_count(2)
+    expect(rows.nth(0)).to_contain_text("999")
+    expect(rows.nth(0)).to_contain_text("cli: alice")
+    expect(rows.nth(0)).to_contain_text("current")
+    expect(rows.nth(1)).to_contain_text("task etl.load, run run1")
+    expect(rows.nth(1).locator("td").nth(1)).to_have_text("set")
+    expect(rows.nth(1).locator("td").nth(3).locator("time")).to_have_attribute(
+        "datetime", re.compile(r"^\d{4}-\d\d-\d\dT")
+    )
+    panel.get_by_role("button", name="Restore version 1").click()
+    confirm = page.get_by_role("alertdialog", name='Restore "offset" to version 1?')
+    expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
+    confirm.get_by_role("button", name="Restore version").click()
+    expect(page.get_by_role("status")).to_have_text("Restored offset to version 1.")
+    assert state.get("offset") == {"n": 42}
+    newest = state.history("offset", 1)[0]
+    assert (newest.version, newest.op) == (3, "restore")
+    assert newest.updated_by == {"kind": "api", "via": "ui", "subject": "anonymous"}
+    expect(row(page, "offset")).to_contain_text("ui: anonymous")
+
+    # A write the page did not see: the restore is refused (If-Match) and the newer value shown.
+    page.get_by_role("button", name="History of offset").click()
+    served.store.task_state(LOAD, writer=cli).set("offset", {"n": 7})
+    page.get_by_role("dialog", name="History of offset").get_by_role(
+        "button", name="Restore version 2"
+    ).click()
+    page.get_by_role("alertdialog").get_by_role("button", name="Restore version").click()
+    conflict = page.get_by_role("alertdialog", name='"offset" changed since you read it')
+    expect(conflict).to_contain_text("7")
+    conflict.get_by_role("button", name="Keep the newer value").click()
+    expect(page.get_by_role("status")).to_have_text("Kept the newer value of offset.")
+    assert state.get("offset") == {"n": 7}
+    assert state.history("offset", 1)[0].version == 4  # the refused restore added none
+
+    orders = served.store.asset_state(AssetScope(name="orders"))
+    orders.set("watermark", "2026-02-01")
+    page.goto(served.ui + "?asset=orders")
+    page.get_by_role("button", name="History of watermark").click()
+    page.get_by_role("dialog", name="History of watermark").get_by_role(
+        "button", name="Restore version 1"
+    ).click()
+    page.get_by_role("alertdialog").get_by_role("button", name="Restore version").click()
+    expect(page.get_by_role("status")).to_have_text("Restored watermark to version 1.")
+    assert orders.get("watermark") == "2026-01-01"
+
+
+def test_read_only_users_see_history_but_no_restore(secured: Served, page: Page) -> None:
+    seed(secured)
+    secured.store.task_state(LOAD).set("offset", {"n": 43})
+    page.goto(task_url(secured))
+    page.get_by_label("taskstate token", exact=False).fill(
+        secured.token(dag_ids=("etl",), read_only=True, subject="viewer")
+    )
+    page.get_by_role("button", name="Use token").click()
+    page.get_by_role("button", name="History of offset").click()
+    panel = page.get_by_role("dialog", name="History of offset")
+    expect(panel.locator("tbody tr")).to_have_count(2)
+    expect(panel.get_by_role("button", name="Restore", exact=False)).to_have_count(0)
+    panel.get_by_role("button", name="Close").click()
+    expect(panel).to_be_hidden()

@@ -44,6 +44,7 @@ _METHODS: dict[str, Method] = {
     "HEAD": "GET",
     "PUT": "PUT",
     "PATCH": "PUT",
+    "POST": "PUT",  # a restore of state history (docs/history.md): a write
     "DELETE": "DELETE",
 }
 # The dataset permission each method needs: Airflow 2's dataset routes ask for POST (can_create)

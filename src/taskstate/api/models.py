@@ -92,6 +92,49 @@ class AssetStateCollection(BaseModel):
     exact_total: bool = Field(description=_EXACT)
 
 
+class HistoryVersion(BaseModel):
+    """One kept version of a key (docs/history.md); `value` is null for a deletion (`delete`,
+    `clear`, `expire`)."""
+
+    version: int = Field(description="Grows per key; never reused.")
+    value: Any
+    op: Literal[
+        "set", "update", "compare_and_set", "delete", "clear", "expire", "import", "restore"
+    ]
+    updated_at: datetime
+    expires_at: datetime | None
+    updated_by: LastUpdatedBy | None = None
+
+
+class HistoryCollection(BaseModel):
+    versions: list[HistoryVersion] = Field(description="Newest first.")
+
+
+class ValueAsOf(BaseModel):
+    """`GET .../taskstate-history/{key}?as_of=`: the value the key held at that instant (404
+    when it held none, 410 when the version that covered it is no longer kept)."""
+
+    key: str
+    value: Any
+    as_of: datetime
+
+
+class RestoreBody(_Body):
+    """POST `.../taskstate-history/{key}`: write this kept version back as a new version."""
+
+    version: int = Field(ge=1)
+
+
+class RestoreTaskBody(_Body):
+    """POST on a task instance's `.../taskstate-history`: every key back as it was then."""
+
+    as_of: AwareDatetime
+
+
+class RestoreTaskResult(BaseModel):
+    restored: int = Field(description="Keys live at as_of, now live again.")
+
+
 class DagSummary(BaseModel):
     dag_id: str
     keys: int = Field(

@@ -5,6 +5,8 @@ and asset state-store paths, and taskstate's per-task-instance markers.
     /api/v2/dags/{dag_id}/dagRuns/{dag_run_id}/taskInstances/{task_id}/taskstate-meta[/{key}]
     /api/v2/assets/state-store[/{key}]?name=N | ?uri=U
     /api/v2/assets/{asset_id}/state-store[/{key}]          (inside Airflow only)
+    .../taskInstances/{task_id}/taskstate-history[/{key}]  (state history, docs/history.md)
+    /api/v2/assets[/{asset_id}]/taskstate-history/{key}
 
 Every request goes through one order (`_serve`): authenticate (401) -> read the address
 (422) -> authorise (403) -> fence (409) -> existence (404) -> body (422/413) -> the store. The
@@ -52,15 +54,21 @@ from taskstate.scope import AssetScope, TaskScope
 from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
 from taskstate.stored import etag_of, stored_ref
 from taskstate.wire import (
+    AS_OF,
+    ATOMIC_OPS,
     EXPIRES_AT,
     EXPIRES_IN,
+    OP_HEADER,
     VIA_HEADER,
     WRITE_ID,
     WRITE_ID_HEADER,
     asset_entry,
     entry_json,
+    iso,
+    parse_instant,
     quoted,
     task_entry,
+    version_json,
 )
 from taskstate.writers import api_writer, task_writer
 
@@ -69,7 +77,10 @@ T = TypeVar("T")
 _TASK = "/api/v2/dags/{dag_id}/dagRuns/{dag_run_id}/taskInstances/{task_id}"
 # The latest instant an expiry may name: what a datetime (and so the API's JSON) can carry.
 MAX_EXPIRES_AT = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
-_METHODS: dict[str, Method] = {"GET": "GET", "PUT": "PUT", "PATCH": "PUT", "DELETE": "DELETE"}
+# How each verb is authorised: a restore (POST) is a write, so a read-only token may not.
+_METHODS: dict[str, Method] = {
+    "GET": "GET", "PUT": "PUT", "PATCH": "PUT", "POST": "PUT", "DELETE": "DELETE"
+}  # fmt: skip
 _TRUE = frozenset({"1", "true", "t", "yes", "y", "on"})
 _FALSE = frozenset({"0", "false", "f", "no", "n", "off"})
 _INT = re.compile(r"-?[0-9]{1,19}")
@@ -81,7 +92,7 @@ class Address:
     __slots__ = ("all_map_indices", "key", "map_index", "method", "query", "route", "scope")
 
     def __init__(self, route: str, method: str, query: dict[str, str]) -> None:
-        self.route = route  # "task", "meta" or "asset"
+        self.route = route  # "task", "meta", "asset", "task_history" or "asset_history"
         self.method = method
         self.query = query
         self.scope: TaskScope | AssetScope | None = None
@@ -190,16 +201,28 @@ def _match(path: bytes | None, by_id: bool) -> tuple[str, list[bytes], bytes | N
     parts = path.split(b"/")[3:]  # after "", "api", "v2"
     n = len(parts)
     if n >= 7 and parts[0] == b"dags" and parts[2] == b"dagRuns" and parts[4] == b"taskInstances":
-        kind = {b"state-store": "task", b"taskstate-meta": "meta"}.get(parts[6])
+        kind = _TASK_ROUTES.get(parts[6])
         if kind is not None:
             key = b"/".join(parts[7:]) if n > 7 else None
             return kind, [parts[1], parts[3], parts[5]], key
         return None
-    if n >= 2 and parts[0] == b"assets" and parts[1] == b"state-store":
-        return "asset", [], b"/".join(parts[2:]) if n > 2 else None
-    if by_id and n >= 3 and parts[0] == b"assets" and parts[2] == b"state-store":
-        return "asset", [parts[1]], b"/".join(parts[3:]) if n > 3 else None
+    if n >= 2 and parts[0] == b"assets" and parts[1] in _ASSET_ROUTES:
+        return _ASSET_ROUTES[parts[1]], [], b"/".join(parts[2:]) if n > 2 else None
+    if by_id and n >= 3 and parts[0] == b"assets" and parts[2] in _ASSET_ROUTES:
+        return _ASSET_ROUTES[parts[2]], [parts[1]], b"/".join(parts[3:]) if n > 3 else None
     return None
+
+
+_TASK_ROUTES = {
+    b"state-store": "task",
+    b"taskstate-meta": "meta",
+    b"taskstate-history": "task_history",
+}
+# An asset id is an integer, so `taskstate-history` can never be one.
+_ASSET_ROUTES = {b"state-store": "asset", b"taskstate-history": "asset_history"}
+_ASSET_KINDS = frozenset(_ASSET_ROUTES.values())
+# The collection routes that may address every map index at once (`all_map_indices=true`).
+_ALL_MAP_INDICES = frozenset({("task", "DELETE"), ("task_history", "POST")})
 
 
 # The discovery listings under a dag or run id are FastAPI routes: their ids are read from the
@@ -291,7 +314,9 @@ async def _serve(
 ) -> tuple[int, bytes, list[tuple[bytes, bytes]]]:
     request = Request(scope, receive)
     verb = scope["method"]
-    allowed = _ALLOWED[route, raw_key is not None]
+    allowed = _ALLOWED.get((route, raw_key is not None))
+    if allowed is None:  # an asset's history has no collection route
+        return 404, errors.dumps({"detail": "Not Found"}), []
     if verb not in allowed:
         headers = [(b"allow", ", ".join(sorted(allowed)).encode())]
         return 405, errors.dumps({"detail": "Method Not Allowed"}), headers
@@ -302,7 +327,7 @@ async def _serve(
     query = _query(scope)
     address = Address(route, verb, query)
     address.key = None if raw_key is None else _text(raw_key, "key")
-    if route == "asset":
+    if route in _ASSET_KINDS:
         asset = await _asset(ctx, ids, query)
         require_asset(principal, asset, method)
         address.scope = asset
@@ -310,7 +335,7 @@ async def _serve(
         dag_id, run_id, task_id = (_text(raw, n) for raw, n in zip(ids, _ID_NAMES, strict=True))
         address.map_index = _int(query, "map_index", -1, -1)
         index: int | None = address.map_index
-        if route == "task" and raw_key is None and verb == "DELETE":
+        if raw_key is None and (route, verb) in _ALL_MAP_INDICES:
             address.all_map_indices = _bool(query, "all_map_indices")
             index = None if address.all_map_indices else address.map_index
         require_task(principal, dag_id, run_id, task_id, index, method)
@@ -323,7 +348,7 @@ async def _serve(
         await _fence(ctx, principal)
         # 4. existence: a write to a task instance the host does not know is 404 (its state
         # and its markers alike)
-        if route != "asset" and ctx.hosting.task_instance_exists is not None:
+        if route not in _ASSET_KINDS and ctx.hosting.task_instance_exists is not None:
             scope_ = address.scope
             assert isinstance(scope_, TaskScope)
             index = None if address.all_map_indices else scope_.map_index
@@ -341,6 +366,8 @@ def _audit(verb: str, principal: Principal, request: Request, address: Address) 
         return
     if verb == "PUT" or verb == "PATCH":
         action = "set" if verb == "PUT" else "patch"
+    elif verb == "POST":
+        action = "restore" if address.key is not None else "restore-task"
     elif address.key is not None:
         action = "delete"
     else:
@@ -547,7 +574,7 @@ _SCOPES: dict[tuple[str, str, str, int], TaskScope] = {}
 
 
 def _missing(address: Address) -> str:
-    kind = "Asset" if address.route == "asset" else "Task"
+    kind = "Asset" if address.route in _ASSET_KINDS else "Task"
     return f"{kind} state store key {address.key!r} not found"
 
 
@@ -626,6 +653,8 @@ async def _put(ctx: AppContext, request: Request, principal: Principal, a: Addre
     else:
         body = await _body(ctx, request, models.AssetStateBody)
     accessor = _accessor(ctx, a, _writer(principal, request))
+    op = request.headers.get(OP_HEADER)  # what the version records: a client's update is a PUT
+    conditions["op"] = op if op in ATOMIC_OPS else "set"
     try:
         entry = await call_store(ctx, lambda: accessor.write(a.key, body.value, **conditions))
     except KeyNotFoundError:
@@ -651,7 +680,7 @@ async def _patch(ctx: AppContext, request: Request, principal: Principal, a: Add
 async def _delete(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
     """Remove a key (a no-op when absent); with `If-Match`, only that version (else 412)."""
     conditions = _conditions(request, put=False)
-    accessor = _accessor(ctx, a)
+    accessor = _accessor(ctx, a, _writer(principal, request))  # history records who
     if not conditions:
         await call_store(ctx, accessor.delete, a.key)
         return _NO_CONTENT
@@ -666,7 +695,7 @@ async def _delete(ctx: AppContext, request: Request, principal: Principal, a: Ad
 async def _clear(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
     """Remove every key; a task's clear removes its markers too (`all_map_indices`: of every
     map index)."""
-    accessor = _accessor(ctx, a)
+    accessor = _accessor(ctx, a, _writer(principal, request))  # history records who
     if isinstance(a.scope, TaskScope):
         scope, every = a.scope, a.all_map_indices
 
@@ -678,6 +707,71 @@ async def _clear(ctx: AppContext, request: Request, principal: Principal, a: Add
     else:
         await call_store(ctx, accessor.clear)
     return _NO_CONTENT
+
+
+_ABSENT = object()
+
+
+async def _history(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
+    """A key's kept versions, newest first (`?limit=`); with `?as_of=`, the value it held then
+    (404 when none, 410 when the version that covered it is no longer kept)."""
+    accessor = _accessor(ctx, a)
+    key = a.key
+    assert key is not None
+    raw = a.query.get(AS_OF)
+    if raw is not None:
+        when = parse_instant(raw)
+        value = await call_store(ctx, lambda: accessor.get(key, _ABSENT, as_of=when))
+        if value is _ABSENT:  # typed: "held no value then", not "no such route"
+            raise KeyNotFoundError(f"{_missing(a)} at {iso(when.timestamp())}")
+        return _json({"key": key, "value": value, AS_OF: iso(when.timestamp())})
+    limit = _int(a.query, "limit", -1, 0)
+    versions = await call_store(ctx, lambda: accessor.history(key, None if limit < 0 else limit))
+    return _json({"versions": [version_json(v) for v in versions]})
+
+
+async def _restore(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
+    """Write a kept version back as a new one (a deletion's version deletes the key); with
+    `If-Match`, only over that ETag (412 otherwise, as an edit). The new version, and the key's
+    new `ETag` when it is live."""
+    conditions = _conditions(request, put=False)
+    body = await _body(ctx, request, models.RestoreBody)
+    accessor = _accessor(ctx, a, _writer(principal, request))
+    key = a.key
+    assert key is not None
+
+    def restore() -> tuple[Any, Any]:
+        if_match = conditions.get("if_match")
+        if conditions.get("must_exist"):  # If-Match: * -> over whatever is there now
+            current = accessor.entry(key)
+            if current is None:
+                raise PreconditionFailedError(f"If-Match: * but key {key!r} is absent")
+            if_match = current.etag
+        version = accessor.restore(key, body.version, if_match=if_match)
+        return version, accessor.entry(key)
+
+    version, entry = await call_store(ctx, restore)
+    return _json(version_json(version), None if entry is None else entry.etag)
+
+
+async def _restore_task(
+    ctx: AppContext, request: Request, principal: Principal, a: Address
+) -> Answer:
+    """Every key of the task instance (`all_map_indices`: of every map index) back as it was at
+    the body's `as_of`, in one transaction; keys created since are deleted."""
+    scope = a.scope
+    assert isinstance(scope, TaskScope)
+    body = await _body(ctx, request, models.RestoreTaskBody)
+    writer = _writer(principal, request)
+    index = None if a.all_map_indices else scope.map_index
+    count = await call_store(
+        ctx,
+        lambda: ctx.store.restore_task(
+            scope.dag_id, scope.run_id, scope.task_id, as_of=body.as_of, map_index=index,
+            writer=writer,
+        ),
+    )  # fmt: skip
+    return _json({"restored": count})
 
 
 class MetaBody(models._Body):
@@ -727,6 +821,11 @@ _HANDLERS: dict[tuple[str, bool, str], Handler] = {
     ("meta", False, "DELETE"): _clear_markers,
     ("meta", True, "GET"): _get_marker,
     ("meta", True, "PUT"): _put_marker,
+    ("task_history", False, "POST"): _restore_task,
+    ("task_history", True, "GET"): _history,
+    ("task_history", True, "POST"): _restore,
+    ("asset_history", True, "GET"): _history,
+    ("asset_history", True, "POST"): _restore,
 }
 # Each route's name in metrics (`RequestMetrics`): few tags, never an id or a key.
 _NAMES: dict[tuple[str, bool, str], str] = {
@@ -744,6 +843,11 @@ _NAMES: dict[tuple[str, bool, str], str] = {
     ("meta", False, "DELETE"): "clear_markers",
     ("meta", True, "GET"): "get_marker",
     ("meta", True, "PUT"): "set_marker",
+    ("task_history", False, "POST"): "restore_task_state",
+    ("task_history", True, "GET"): "task_state_history",
+    ("task_history", True, "POST"): "restore_task_key",
+    ("asset_history", True, "GET"): "asset_state_history",
+    ("asset_history", True, "POST"): "restore_asset_key",
 }
 _ALLOWED: dict[tuple[str, bool], frozenset[str]] = {}
 for _route, _keyed, _verb in _HANDLERS:
@@ -847,6 +951,19 @@ def document(schema: dict[str, Any], *, by_id: bool) -> None:
         "delete": _operation(tag, "Delete task state", [*task, key, if_match],
                              {**ok, **gone, **failed}),
     }  # fmt: skip
+    history = _history_operations(components, key, if_match)
+    tag = "State History"
+    schema["paths"][_TASK + "/taskstate-history"] = {
+        "post": _operation(tag, "Restore task state as of", [*task, _param(
+            "all_map_indices", "query", {"type": "boolean", "default": False})],
+            {**entry(models.RestoreTaskResult), "410": history["410"]},
+            _schema(components, models.RestoreTaskBody)),
+    }  # fmt: skip
+    schema["paths"][_TASK + "/taskstate-history/{key}"] = {
+        "get": _operation(tag, "Task state history", task + history["get"], history["read"]),
+        "post": _operation(tag, "Restore task state version", [*task, *history["post"]],
+                           history["restored"], history["body"]),
+    }  # fmt: skip
     tag = "Asset State Store"
     prefixes = {"/api/v2/assets/state-store": [
         _param("name", "query", text, "The asset's name."),
@@ -861,6 +978,13 @@ def document(schema: dict[str, Any], *, by_id: bool) -> None:
                               entry(models.AssetStateCollection)),
             "delete": _operation(tag, f"Clear asset state{by}", asset, ok),
         }  # fmt: skip
+        base = prefix.replace("/state-store", "/taskstate-history")
+        schema["paths"][base + "/{key}"] = {
+            "get": _operation("State History", f"Asset state history{by}",
+                              asset + history["get"], history["read"]),
+            "post": _operation("State History", f"Restore asset state version{by}",
+                               [*asset, *history["post"]], history["restored"], history["body"]),
+        }  # fmt: skip
         schema["paths"][prefix + "/{key}"] = {
             "get": _operation(tag, f"Get asset state{by}", [*asset, key, if_none],
                               {**entry(models.AssetStateEntry), **gone}),
@@ -869,3 +993,41 @@ def document(schema: dict[str, Any], *, by_id: bool) -> None:
             "delete": _operation(tag, f"Delete asset state{by}", [*asset, key, if_match],
                                  {**ok, **failed}),
         }  # fmt: skip
+
+
+def _history_operations(
+    components: dict[str, Any], key: dict[str, Any], if_match: dict[str, Any]
+) -> dict[str, Any]:
+    """The parts of the history routes' operations that task and asset share."""
+
+    def ok(model: type[pydantic.BaseModel], many: bool = False) -> dict[str, Any]:
+        schema: dict[str, Any] = _schema(components, model)
+        if many:
+            schema = {"oneOf": [schema, _schema(components, models.ValueAsOf)]}
+        content = {"application/json": {"schema": schema}}
+        return {"description": "Successful Response", "content": content}
+
+    gone = {"description": "The version that covered as_of is no longer kept, or history is off"}
+    return {
+        "get": [
+            key,
+            _param("limit", "query", {"type": "integer", "minimum": 0},
+                   "At most this many versions (never more than taskstate_history_versions)."),
+            _param(AS_OF, "query", {"type": "string", "format": "date-time"},
+                   "The value the key held at this instant (with its offset) instead."),
+        ],
+        "read": {
+            "200": ok(models.HistoryCollection, many=True),
+            "404": {"description": "Not found (with as_of: the key held no value then)"},
+            "410": gone,
+        },
+        "post": [key, if_match],
+        "body": _schema(components, models.RestoreBody),
+        "restored": {
+            "200": ok(models.HistoryVersion),
+            "404": {"description": "No such kept version"},
+            "410": gone,
+            "412": {"description": "If-Match failed"},
+        },
+        "410": gone,
+    }  # fmt: skip

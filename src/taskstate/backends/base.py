@@ -60,6 +60,41 @@ class VersionRow(NamedTuple):
     op: str
 
 
+class KeyVersion(NamedTuple):
+    """A version of one key to import (`export --with-history`): the key and its version."""
+
+    namespace: str
+    key: str
+    row: VersionRow
+
+
+def imported_versions(
+    versions: Sequence[KeyVersion],
+    replace: bool,
+    exists: Callable[[str, str], bool],
+    mark: Callable[[str, str], int | None],
+) -> Iterator[tuple[str, str, list[tuple[object, ...]], int]]:
+    """What importing `versions` writes, key by key: (namespace, key, the versions' rows as
+    inserted, the key's new mark). A key's versions are numbered after its high-water mark
+    (`mark`: None when it was never written) — none shifted on a store that never saw the key,
+    so a restored backup keeps its numbers, else enough that numbers keep growing and none is
+    reused. With `replace=False` a key that `exists` keeps its history as it is."""
+    found: dict[tuple[str, str], list[VersionRow]] = {}
+    for item in versions:
+        found.setdefault((item.namespace, item.key), []).append(item.row)
+    for (namespace, key), kept in found.items():
+        if not replace and exists(namespace, key):
+            continue
+        kept.sort(key=lambda row: row.version)
+        high = mark(namespace, key)
+        shift = 0 if high is None else max(0, high - kept[0].version + 1)
+        rows: list[tuple[object, ...]] = [
+            (namespace, key, v.version + shift, v.value, v.expires_at, v.updated_at,
+             v.updated_by, v.op) for v in kept
+        ]  # fmt: skip
+        yield namespace, key, rows, kept[-1].version + shift
+
+
 class Row(NamedTuple):
     """One stored row, as backends scan, bulk-write and clean up: the namespace and key it is
     filed under, the value's JSON text (or an offload reference), its expiry (None: never) and
@@ -371,8 +406,17 @@ class HistoryBackend(StateBackend):
         """As `StateBackend.transact`; given a stamp, a write it makes also appends a version."""
 
     @abstractmethod
-    def set_many(self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None) -> int:
-        """As `StateBackend.set_many`; given a stamp, also appends each written key's version."""
+    def set_many(
+        self,
+        rows: list[Row],
+        *,
+        replace: bool = True,
+        stamp: Stamp | None = None,
+        versions: Sequence[KeyVersion] = (),
+    ) -> int:
+        """`StateBackend.set_many`; with a stamp, also `versions` (an export's history) in the
+        same transaction, before the rows' own versions (`imported_versions`), each key's mark
+        raised and its versions trimmed to `history_versions`."""
 
     @abstractmethod
     def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int:
@@ -399,6 +443,11 @@ class HistoryBackend(StateBackend):
         that has a kept version or a row (`restore_task`)."""
 
     @abstractmethod
+    def version_keys(self, prefix: str) -> list[tuple[str, str]]:
+        """(namespace, key) of every key under `prefix` ever written with history on (its mark),
+        in order (`export --with-history`)."""
+
+    @abstractmethod
     def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:
         """Write `writes` and delete `deletes` in one transaction, each a version
         (`restore_task`)."""
@@ -407,6 +456,11 @@ class HistoryBackend(StateBackend):
 def prefix_upper_bound(prefix: str) -> str:
     """The smallest string greater than every string that starts with `prefix`."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)
+
+
+def prefix_bounds(prefix: str) -> dict[str, str]:
+    """`lo` and `hi` of the namespaces under `prefix` ("": all of them)."""
+    return {"lo": prefix, "hi": prefix_upper_bound(prefix) if prefix else "\U0010ffff"}
 
 
 def _live(row: Row, now: float) -> bool:

@@ -49,6 +49,7 @@ import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
 from urllib.parse import quote, unquote, urlencode, urlsplit
 from urllib.request import getproxies_environment
@@ -717,6 +718,20 @@ class HttpBackend(StateBackend):
                 path, params = wire.ASSET_STATE, {wire.NAME: found.identity}
         self.http.send(Request("DELETE", path, params))
         return count
+
+    def restore_task(
+        self, dag_id: str, run_id: str, task_id: str, as_of: datetime, map_index: int | None
+    ) -> int:
+        """`StateStore.restore_task` over HTTP: the server's store restores in one transaction
+        and records this token's subject as the writer."""
+        scope = TaskScope(dag_id, run_id, task_id, -1 if map_index is None else map_index)
+        params: dict[str, Any] = (
+            {wire.ALL_MAP_INDICES: "true"} if map_index is None else {wire.MAP_INDEX: map_index}
+        )
+        body = json.dumps({wire.AS_OF: wire.instant_text(as_of)}).encode()
+        path = wire.task_path(scope, wire.TASK_HISTORY)
+        request = Request("POST", path, params, body, idempotent=False)
+        return int(self.http.send(request).json()[wire.RESTORED])
 
     def schema_status(self) -> SchemaStatus:
         """Reachable and serving: the server's store keeps its own schema current. Asked once,

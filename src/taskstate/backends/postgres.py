@@ -41,7 +41,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar
 
 import psycopg
@@ -53,10 +53,13 @@ from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import (
     Entry,
     HistoryBackend,
+    KeyVersion,
     Row,
     SchemaStatus,
     Stamp,
     VersionRow,
+    imported_versions,
+    prefix_bounds,
     prefix_upper_bound,
 )
 from taskstate.errors import (
@@ -324,6 +327,20 @@ _DELETE_EXPIRED_BATCH_NAMED = (
     "AND expires_at <= %(now)s"
 )
 _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
+# Importing an export's versions (`set_many`); parameters positional, as `_KEY`.
+_MARK_FOR_UPDATE = f"SELECT version FROM {MARKS} WHERE {_KEY} FOR UPDATE"
+_EXISTS = f"SELECT 1 FROM {TABLE} WHERE {_KEY}"
+_APPEND_IMPORTED = (
+    f"INSERT INTO {VERSIONS} "
+    "(namespace, key, version, value, expires_at, updated_at, updated_by, op) "
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+)
+_RAISE_MARK = (
+    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (%s, %s, %s) "
+    f"ON CONFLICT (namespace_md5, key_md5) DO UPDATE SET "
+    f"version = greatest({MARKS}.version, excluded.version)"
+)
+_TRIM_TO = f"DELETE FROM {VERSIONS} WHERE {_KEY} AND version <= %s"
 _HISTORY = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} "
     "ORDER BY version DESC LIMIT %(limit)s"
@@ -336,6 +353,7 @@ _VERSIONS_AT = (
 _VERSION = f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND version = %(v)s"
 _FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE {_NAMED_KEY}"
 # Every key of a task instance that ever had a version (its mark) or has a row.
+_VERSION_KEYS = f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} ORDER BY 1, 2"
 _TASK_KEYS = (
     f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} "
     f"UNION SELECT namespace, key FROM {TABLE} WHERE {_RANGE} ORDER BY 1, 2"
@@ -824,12 +842,19 @@ class PostgresBackend(HistoryBackend):
                     "so it cannot apply twice. Read the state to see which"
                 ) from cause
 
-    def set_many(self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None) -> int:
+    def set_many(
+        self,
+        rows: list[Row],
+        *,
+        replace: bool = True,
+        stamp: Stamp | None = None,
+        versions: Sequence[KeyVersion] = (),
+    ) -> int:
         params = [
             (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
         ]
         if stamp is not None and self.history_versions:
-            return self._set_many_kept(rows, replace, stamp)
+            return self._set_many_kept(rows, replace, stamp, versions)
 
         def body(conn: _Connection) -> tuple[int, int | None]:
             with conn.cursor() as cursor:
@@ -838,12 +863,15 @@ class PostgresBackend(HistoryBackend):
 
         return self._once(body, "an import")
 
-    def _set_many_kept(self, rows: list[Row], replace: bool, stamp: Stamp) -> int:
+    def _set_many_kept(
+        self, rows: list[Row], replace: bool, stamp: Stamp, versions: Sequence[KeyVersion]
+    ) -> int:
         """`set_many` recording a version of each row written (stamped `stamp.at`: the import
-        time), in one transaction."""
+        time), after the export's `versions`, in one transaction."""
 
         def body(conn: _Connection) -> tuple[int, int | None]:
             written = 0
+            self._import_versions(conn, versions, replace)
             for r in rows:
                 params = self._kept(
                     r.namespace, r.key, r.value, r.expires_at, stamp._replace(by=r.updated_by)
@@ -858,6 +886,25 @@ class PostgresBackend(HistoryBackend):
             return written, _txid(conn)
 
         return self._once(body, "an import")
+
+    def _import_versions(
+        self, conn: psycopg.Connection[Any], versions: Sequence[KeyVersion], replace: bool
+    ) -> None:
+        """An export's versions, in the caller's transaction (`HistoryBackend.set_many`); the
+        mark's row lock keeps a concurrent writer from taking a number meanwhile."""
+
+        def mark(namespace: str, key: str) -> int | None:
+            row = conn.execute(_MARK_FOR_UPDATE, (namespace, key)).fetchone()
+            return None if row is None else int(row[0])
+
+        def exists(namespace: str, key: str) -> bool:
+            return conn.execute(_EXISTS, (namespace, key)).fetchone() is not None
+
+        for namespace, key, rows, top in imported_versions(versions, replace, exists, mark):
+            with conn.cursor() as cursor:
+                cursor.executemany(_APPEND_IMPORTED, rows)
+            conn.execute(_RAISE_MARK, (namespace, key, top))
+            conn.execute(_TRIM_TO, (namespace, key, top - self.history_versions))
 
     # -- history ----------------------------------------------------------------------------
 
@@ -887,6 +934,11 @@ class PostgresBackend(HistoryBackend):
             current = self.versions(namespace, key, limit=1, at=at)
             found.append((namespace, key, current[0] if current else None))
         return found
+
+    def version_keys(self, prefix: str) -> list[tuple[str, str]]:
+        bounds = prefix_bounds(prefix)
+        rows = self._run(lambda conn: conn.execute(_VERSION_KEYS, bounds).fetchall())
+        return [(namespace, key) for namespace, key in rows]
 
     def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:
         def op(conn: psycopg.Connection[Any]) -> None:

@@ -26,7 +26,7 @@ import sqlite3
 import stat
 import threading
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -35,11 +35,14 @@ from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import (
     Entry,
     HistoryBackend,
+    KeyVersion,
     Row,
     SchemaStatus,
     Stamp,
     VersionRow,
+    imported_versions,
     like_matcher,
+    prefix_bounds,
     prefix_upper_bound,
 )
 from taskstate.errors import BackendBusyError, BackendError, ConfigError, DatabaseMissingError
@@ -171,6 +174,32 @@ _NEXT_VERSION = (
 )
 _APPEND = f"INSERT INTO {VERSIONS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _TRIM = f"DELETE FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version <= ?"
+_MARK = f"SELECT version FROM {MARKS} WHERE namespace = ? AND key = ?"
+# A stamped `set` is one statement: a TEMP trigger (this connection's alone, so another process,
+# an older taskstate or a store with history off never runs it) raises the key's mark, appends
+# the version and trims, inside the write's own statement. It fires only while
+# `taskstate_op()` names the operation: `set` names it around its statement (every other write
+# appends its version itself). Measured in bench/README.md ("History").
+_VERSIONING_BODY = (
+    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (new.namespace, new.key, 1) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET version = version + 1; "
+    f"INSERT INTO {VERSIONS} SELECT new.namespace, new.key, m.version, new.value, "
+    f"new.expires_at, new.updated_at, new.updated_by, taskstate_op() FROM {MARKS} m "
+    "WHERE m.namespace = new.namespace AND m.key = new.key; "
+    f"DELETE FROM {VERSIONS} WHERE namespace = new.namespace AND key = new.key AND version <= "
+    f"(SELECT version FROM {MARKS} WHERE namespace = new.namespace AND key = new.key) "
+    "- taskstate_keep();"
+)
+_VERSIONING = [
+    f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_{event} AFTER {event.upper()} "
+    f"ON {TABLE} WHEN taskstate_op() IS NOT NULL BEGIN {_VERSIONING_BODY} END"
+    for event in ("insert", "update")
+]
+_RAISE_MARK = (
+    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (?, ?, ?) "
+    "ON CONFLICT (namespace, key) DO UPDATE SET version = max(version, excluded.version)"
+)
+_EXISTS = f"SELECT 1 FROM {TABLE} WHERE namespace = ? AND key = ?"
 _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
 _HISTORY = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
@@ -186,6 +215,9 @@ _VERSION = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version = ?"
 )
 _FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE namespace = ? AND key = ?"
+_VERSION_KEYS = (
+    f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi ORDER BY 1, 2"
+)
 _TASK_KEYS = (
     f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi "
     f"UNION SELECT namespace, key FROM {TABLE} WHERE namespace >= :lo AND namespace < :hi "
@@ -306,6 +338,18 @@ def _release(conn: sqlite3.Connection, pid: int, path: Path) -> None:
         conn.close()
 
 
+class _Versioning:
+    """What a connection's versioning trigger reads (`_VERSIONING`): the operation of the
+    `set` running now (None: not a versioned write) and how many versions to keep. It holds no
+    reference to the connection or the backend, so the functions it backs make no cycle."""
+
+    __slots__ = ("keep", "op")
+
+    def __init__(self) -> None:
+        self.op: str | None = None
+        self.keep = 0
+
+
 class _Slot:
     """One thread's connection, closed when the slot goes rather than when the cyclic GC gets to
     it (CPython's connections sit in a reference cycle through their statement cache)."""
@@ -415,7 +459,21 @@ class SQLiteBackend(HistoryBackend):
         local = self._local
         local.slot, local.conn = _Slot(conn, self.path), conn
         local.pid, local.forks = os.getpid(), _forks
+        local.versioning = None  # installed on this connection's first versioned `set`
         return conn
+
+    def _versioning(self, conn: sqlite3.Connection) -> _Versioning:
+        """This connection's versioning trigger and what it reads, installed once."""
+        versioning: _Versioning | None = getattr(self._local, "versioning", None)
+        if versioning is None:
+            versioning = _Versioning()
+            state = versioning  # the functions close over it alone
+            conn.create_function("taskstate_op", 0, lambda: state.op)
+            conn.create_function("taskstate_keep", 0, lambda: state.keep)
+            for statement in _VERSIONING:
+                conn.execute(statement)
+            self._local.versioning = versioning
+        return versioning
 
     def _enable_wal(self, conn: sqlite3.Connection) -> None:
         # Switching a new file to WAL needs an exclusive lock and SQLite does not run the busy
@@ -466,6 +524,15 @@ class SQLiteBackend(HistoryBackend):
         params = (namespace, key, value, expires_at, now, updated_by)
         if stamp is None or not self.history_versions:
             self._conn().execute(_SET, params)
+            return
+        if stamp.at == now:  # the version is the row as written: the trigger records it
+            conn = self._conn()
+            versioning = self._versioning(conn)
+            versioning.op, versioning.keep = stamp.op, self.history_versions
+            try:
+                conn.execute(_SET, params)
+            finally:
+                versioning.op = None
             return
         with self._write_transaction(self._conn()) as conn:
             conn.execute(_SET, params)
@@ -547,7 +614,14 @@ class SQLiteBackend(HistoryBackend):
         return result
 
     @_typed_errors
-    def set_many(self, rows: list[Row], *, replace: bool = True, stamp: Stamp | None = None) -> int:
+    def set_many(
+        self,
+        rows: list[Row],
+        *,
+        replace: bool = True,
+        stamp: Stamp | None = None,
+        versions: Sequence[KeyVersion] = (),
+    ) -> int:
         params = [
             (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
         ]
@@ -555,6 +629,7 @@ class SQLiteBackend(HistoryBackend):
             if stamp is None or not self.history_versions:
                 written: int = conn.executemany(_SET if replace else _CREATE, params).rowcount
                 return written
+            self._import_versions(conn, versions, replace)
             written = 0
             for row, param in zip(rows, params, strict=True):
                 if conn.execute(_SET if replace else _CREATE, param).rowcount:
@@ -568,6 +643,23 @@ class SQLiteBackend(HistoryBackend):
                         stamp._replace(by=row.updated_by),
                     )
         return written
+
+    def _import_versions(
+        self, conn: sqlite3.Connection, versions: Sequence[KeyVersion], replace: bool
+    ) -> None:
+        """An export's versions, in the caller's transaction (`HistoryBackend.set_many`)."""
+
+        def mark(namespace: str, key: str) -> int | None:
+            row = conn.execute(_MARK, (namespace, key)).fetchone()
+            return None if row is None else int(row[0])
+
+        def exists(namespace: str, key: str) -> bool:
+            return conn.execute(_EXISTS, (namespace, key)).fetchone() is not None
+
+        for namespace, key, rows, top in imported_versions(versions, replace, exists, mark):
+            conn.executemany(_APPEND, rows)
+            conn.execute(_RAISE_MARK, (namespace, key, top))
+            conn.execute(_TRIM, (namespace, key, top - self.history_versions))
 
     @_typed_errors
     def versions(
@@ -596,6 +688,11 @@ class SQLiteBackend(HistoryBackend):
             current = self.versions(namespace, key, limit=1, at=at)
             found.append((namespace, key, current[0] if current else None))
         return found
+
+    @_typed_errors
+    def version_keys(self, prefix: str) -> list[tuple[str, str]]:
+        rows = self._conn().execute(_VERSION_KEYS, prefix_bounds(prefix))
+        return [(namespace, key) for namespace, key in rows]
 
     @_typed_errors
     def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:

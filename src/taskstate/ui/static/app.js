@@ -350,6 +350,54 @@
     });
   }
 
+  // -- history (docs/history.md) ------------------------------------------------------------
+
+  // A key's kept versions, newest first: who, when, which operation, the value. Resolves the
+  // version the person picked to restore (null: closed). `mayRestore`: a Restore button on each
+  // version but the newest (what the key holds now).
+  async function historyDialog(key, path, query, mayRestore) {
+    const versions = (await getJson(path, query)).versions;
+    return new Promise((resolve) => {
+      let picked = null;
+      const columns = ["Version", "Operation", "Value", "Updated at", "Updated by", ...(mayRestore ? [""] : [])];
+      const rows = versions.map((v, i) => [
+        String(v.version), v.op,
+        v.value === null ? h("span", { class: "ts-empty" }, "(deleted)") : valueCell(v.value),
+        cell("ts-when", when(v.updated_at)), writer(v.updated_by),
+        ...(mayRestore ? [i === 0 ? h("span", { class: "ts-meta" }, "current") : h("button", { type: "button", "aria-label": `Restore version ${v.version}`, onclick: () => { picked = v; dialog.close("restore"); } }, "Restore")] : [])]);
+      const dialog = h("dialog", { class: "ts-history", "aria-labelledby": "ts-history-title" },
+        h("h2", { id: "ts-history-title" }, `History of ${key}`),
+        versions.length
+          ? table(`Versions of ${key}, newest first`, columns, rows)
+          : h("p", { class: "ts-empty" }, "No versions are kept for this key (history is off, or it was written before history was on)."),
+        h("div", { class: "ts-buttons" }, h("button", { type: "button", onclick: () => dialog.close("close") }, "Close")));
+      dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "restore" ? picked : null); });
+      root.append(dialog);
+      dialog.showModal();
+    });
+  }
+
+  // Show `entry`'s history; restore the version the person picks, behind the same confirmation
+  // as an edit and with If-Match on the version the page shows (on 412 the newer value is shown
+  // and the person chooses, as for Edit). Resolves what to say, "" when nothing was done.
+  async function showHistory(entry, statePath, historyPath, query, mayRestore, what) {
+    const picked = await historyDialog(entry.key, historyPath, query, mayRestore);
+    if (!picked) return "";
+    const tag = await versionOf(statePath, query, entry);
+    const ok = await confirmDialog(`Restore "${entry.key}" to version ${picked.version}?`,
+      picked.value === null
+        ? `Version ${picked.version} is a deletion: ${what} loses the value of "${entry.key}", as a Delete would. The value it holds now stays in its history.`
+        : `${what} gets the value of version ${picked.version} back, written as a new version; the value it holds now stays in its history.`,
+      "Restore version");
+    if (!ok) return "";
+    const problem = await guarded(statePath, query, entry.key, tag,
+      (version) => call("POST", historyPath, { query, body: { version: picked.version }, headers: version ? { "If-Match": version } : {} }),
+      "Restore anyway");
+    if (problem === KEPT) return `Kept the newer value of ${entry.key}.`;
+    if (problem) throw new Error(problem);
+    return `Restored ${entry.key} to version ${picked.version}.`;
+  }
+
   // -- views -------------------------------------------------------------------------------
 
   function showLogin(text) {
@@ -480,6 +528,7 @@
     const requested = params.get("map_index") || "-1";
     const all = requested === "all";
     const base = taskPath(dagId, runId, taskId);
+    const historyBase = base.replace(/state-store$/, "taskstate-history");
     const scopeQuery = { dag_id: dagId, run_id: runId, task_id: taskId, map_index: requested };
     if (!(await allowed("GET", scopeQuery))) {
       show(crumbs([["State", href({})], [dagId, href({ dag_id: dagId })], [runId, href({ dag_id: dagId, run_id: runId })], [taskId]]),
@@ -503,7 +552,7 @@
     async function load() {
       say("Loading…");
       const pages = await Promise.all(indices.map(async (index) => [index, await getJson(base, { map_index: index, limit: all ? 100 : PAGE_SIZE, offset: all ? 0 : offset, key_prefix: prefix })]));
-      const columns = [...(all ? ["Map index"] : []), "Key", "Value", "Updated at", "Expires at", "Last updated by", ...(mayPut || mayDelete ? ["Actions"] : [])];
+      const columns = [...(all ? ["Map index"] : []), "Key", "Value", "Updated at", "Expires at", "Last updated by", "Actions"];
       const rows = [];
       let total = 0;
       let exact = true;
@@ -513,8 +562,9 @@
         for (const entry of page.task_state_store) {
           const actions = h("div", {},
             mayPut ? h("button", { type: "button", onclick: () => edit(entry), "aria-label": `Edit ${entry.key}` }, "Edit") : null,
-            mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => removeKey(entry), "aria-label": `Delete ${entry.key}` }, "Delete") : null);
-          rows.push([...(all ? [index] : []), cell("ts-key", entry.key), valueCell(entry.value), cell("ts-when", when(entry.updated_at)), cell("ts-when", when(entry.expires_at)), writer(entry.last_updated_by), ...(mayPut || mayDelete ? [cell("ts-actions", actions)] : [])]);
+            mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => removeKey(entry), "aria-label": `Delete ${entry.key}` }, "Delete") : null,
+            h("button", { type: "button", onclick: () => history_(entry, index).catch(report), "aria-label": `History of ${entry.key}` }, "History"));
+          rows.push([...(all ? [index] : []), cell("ts-key", entry.key), valueCell(entry.value), cell("ts-when", when(entry.updated_at)), cell("ts-when", when(entry.expires_at)), writer(entry.last_updated_by), cell("ts-actions", actions)]);
         }
       }
       body.replaceChildren(
@@ -547,6 +597,12 @@
         },
       });
       if (outcome) { await load(); say(outcome === "kept" ? `Kept the newer value of ${entry.key}.` : entry ? `Saved ${entry.key}.` : "Added."); }
+    }
+
+    async function history_(entry, index) {
+      const said = await showHistory(entry, `${base}/${keyPath(entry.key)}`, `${historyBase}/${keyPath(entry.key)}`,
+        { map_index: index }, mayPut, `The ${label(index)} in run ${runId}`);
+      if (said) { await load(); say(said); }
     }
 
     async function removeKey(entry) {
@@ -606,11 +662,12 @@
     async function load() {
       say("Loading…");
       const page = await getJson("assets/state-store", { ...query, limit: PAGE_SIZE, offset, key_prefix: prefix });
-      const columns = ["Key", "Value", "Updated at", "Last updated by", ...(mayPut || mayDelete ? ["Actions"] : [])];
+      const columns = ["Key", "Value", "Updated at", "Last updated by", "Actions"];
       const rows = page.asset_state_store.map((entry) => [cell("ts-key", entry.key), valueCell(entry.value), cell("ts-when", when(entry.updated_at)), writer(entry.last_updated_by),
-        ...(mayPut || mayDelete ? [cell("ts-actions", h("div", {},
+        cell("ts-actions", h("div", {},
           mayPut ? h("button", { type: "button", onclick: () => edit(entry), "aria-label": `Edit ${entry.key}` }, "Edit") : null,
-          mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => removeKey(entry), "aria-label": `Delete ${entry.key}` }, "Delete") : null))] : [])]);
+          mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => removeKey(entry), "aria-label": `Delete ${entry.key}` }, "Delete") : null,
+          h("button", { type: "button", onclick: () => history_(entry).catch(report), "aria-label": `History of ${entry.key}` }, "History")))]);
       body.replaceChildren(
         rows.length ? table(`State of asset ${name}`, columns, rows) : h("p", { class: "ts-empty" }, prefix ? `No key starts with "${prefix}".` : "This asset holds no state."),
         pager(page.total_entries, offset, (o) => { offset = o; load().catch(report); }, page.exact_total !== false));
@@ -632,6 +689,12 @@
         },
       });
       if (outcome) { await load(); say(outcome === "kept" ? `Kept the newer value of ${entry.key}.` : "Saved."); }
+    }
+
+    async function history_(entry) {
+      const said = await showHistory(entry, `assets/state-store/${keyPath(entry.key)}`, `assets/taskstate-history/${keyPath(entry.key)}`,
+        query, mayPut, `Asset ${name}`);
+      if (said) { await load(); say(said); }
     }
 
     async function removeKey(entry) {

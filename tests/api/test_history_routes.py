@@ -1,0 +1,137 @@
+"""The state history routes over real HTTP (docs/api.md, "State history"): the wire of each
+answer, restore's If-Match, and the typed refusals. The Python contract over HTTP is
+tests/test_history.py; who may call them, tests/api/test_auth.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import httpx
+from tests.api.conftest import SECRET, Served, _serve
+from tests.conftest import Clock
+
+from taskstate import AssetScope, TaskScope
+from taskstate.api.tokens import SigningKeys
+from taskstate.wire import iso
+
+SCOPE = TaskScope("d", "r", "t")
+BASE = "/taskstate/api/v2/dags/d/dagRuns/r/taskInstances/t"
+HISTORY = BASE + "/taskstate-history"
+STATE = BASE + "/state-store"
+
+
+def _at(served: Served, seconds: float) -> str:
+    """An instant `seconds` after the test clock's now, as the API writes them."""
+    text = iso(served.clock.now + seconds)
+    assert text is not None
+    return text
+
+
+def test_history_lists_versions_newest_first_with_who_and_op(
+    served: Served, api: httpx.Client
+) -> None:
+    api.put(f"{STATE}/a%2Fb", json={"value": 1}, headers={"X-Taskstate-Via": "ui"})
+    served.clock.now += 10
+    api.put(f"{STATE}/a%2Fb", json={"value": {"n": 2}})
+    api.delete(f"{STATE}/a%2Fb")
+    response = api.get(f"{HISTORY}/a%2Fb")
+    assert response.status_code == 200, response.text
+    versions = response.json()["versions"]
+    assert [(v["version"], v["op"], v["value"]) for v in versions] == [
+        (3, "delete", None),
+        (2, "set", {"n": 2}),
+        (1, "set", 1),
+    ]
+    assert versions[0]["updated_by"] == {"kind": "api", "subject": "admin"}
+    assert versions[2]["updated_by"] == {"kind": "api", "subject": "admin", "via": "ui"}
+    assert versions[2]["updated_at"].endswith("Z") and versions[2]["expires_at"].endswith("Z")
+    assert len(api.get(f"{HISTORY}/a%2Fb", params={"limit": 1}).json()["versions"]) == 1
+    assert api.get(f"{HISTORY}/never").json() == {"versions": []}
+
+
+def test_as_of_answers_the_value_then_or_a_typed_refusal(served: Served, api: httpx.Client) -> None:
+    before = _at(served, -5)
+    api.put(f"{STATE}/k", json={"value": "a"})
+    served.clock.now += 10
+    api.put(f"{STATE}/k", json={"value": "b"})
+    then = api.get(f"{HISTORY}/k", params={"as_of": _at(served, -5)})
+    assert then.status_code == 200
+    assert then.json() == {"key": "k", "value": "a", "as_of": _at(served, -5)}
+    absent = api.get(f"{HISTORY}/k", params={"as_of": before})
+    assert absent.status_code == 404
+    assert absent.headers["x-taskstate-error"] == "KeyNotFoundError"
+    naive = api.get(f"{HISTORY}/k", params={"as_of": "2027-01-15T08:00:00"})
+    assert naive.status_code == 422
+    assert naive.headers["x-taskstate-error"] == "NaiveDatetimeError"
+    assert naive.json()["detail"][0]["loc"] == ["query", "as_of"]
+    garbage = api.get(f"{HISTORY}/k", params={"as_of": "yesterday"})
+    assert garbage.status_code == 422
+
+
+def test_as_of_past_the_kept_window_is_410(tmp_path: Path, clock: Clock) -> None:
+    for served in _serve(tmp_path, clock, SigningKeys([SECRET]), history_versions=1):
+        state = served.store.task_state(SCOPE)
+        state.set("k", 1)
+        early = _at(served, 5)
+        clock.now += 10
+        state.set("k", 2)  # version 1 falls out of the window of 1
+        with served.admin() as api:
+            gone = api.get(f"{HISTORY}/k", params={"as_of": early})
+        assert gone.status_code == 410
+        assert gone.headers["x-taskstate-error"] == "HistoryUnavailableError"
+
+
+def test_restore_takes_if_match_like_an_edit(served: Served, api: httpx.Client) -> None:
+    api.put(f"{STATE}/k", json={"value": "good"})
+    stale = api.get(f"{STATE}/k").headers["etag"]
+    served.clock.now += 1
+    api.put(f"{STATE}/k", json={"value": "bad"})
+    current = api.get(f"{STATE}/k").headers["etag"]
+
+    refused = api.post(f"{HISTORY}/k", json={"version": 1}, headers={"If-Match": stale})
+    assert refused.status_code == 412
+    assert api.get(f"{STATE}/k").json()["value"] == "bad"  # nothing written
+    assert len(api.get(f"{HISTORY}/k").json()["versions"]) == 2  # and no version
+
+    done = api.post(f"{HISTORY}/k", json={"version": 1}, headers={"If-Match": current})
+    assert done.status_code == 200, done.text
+    assert done.json()["version"] == 3 and done.json()["op"] == "restore"
+    assert done.json()["value"] == "good"
+    assert done.headers["etag"] == api.get(f"{STATE}/k").headers["etag"]
+
+    unknown = api.post(f"{HISTORY}/k", json={"version": 42})
+    assert unknown.status_code == 404
+    assert unknown.headers["x-taskstate-error"] == "VersionNotFoundError"
+
+
+def test_restoring_a_deletion_with_if_match_deletes_only_that_version(
+    served: Served, api: httpx.Client
+) -> None:
+    api.put(f"{STATE}/k", json={"value": 1})
+    api.delete(f"{STATE}/k")  # version 2: a deletion
+    api.put(f"{STATE}/k", json={"value": 3})
+    etag = api.get(f"{STATE}/k").headers["etag"]
+    absent = api.post(f"{HISTORY}/gone", json={"version": 1}, headers={"If-Match": "*"})
+    assert absent.status_code == 412
+    done = api.post(f"{HISTORY}/k", json={"version": 2}, headers={"If-Match": etag})
+    assert done.status_code == 200 and done.json()["value"] is None
+    assert "etag" not in done.headers
+    assert api.get(f"{STATE}/k").status_code == 404
+
+
+def test_restore_task_over_http_and_the_asset_routes(served: Served, api: httpx.Client) -> None:
+    api.put(f"{STATE}/k", json={"value": 1})
+    good = _at(served, 5)
+    served.clock.now += 10
+    api.delete(STATE)
+    restored = api.post(HISTORY, json={"as_of": good})
+    assert restored.status_code == 200 and restored.json() == {"restored": 1}
+    assert api.get(f"{STATE}/k").json()["value"] == 1
+
+    asset = served.store.asset_state(AssetScope(name="orders"))
+    asset.set("state-store/x", 1)  # a key that spells the state route: still history's key
+    assets = "/taskstate/api/v2/assets/taskstate-history"
+    versions = api.get(f"{assets}/state-store/x", params={"name": "orders"}).json()["versions"]
+    assert [v["value"] for v in versions] == [1]
+    none = api.get(assets, params={"name": "orders"})  # an asset's history has no collection
+    assert none.status_code == 404 and "x-taskstate-error" not in none.headers
