@@ -18,6 +18,10 @@ columns would widen every row and every index for what the namespace index alrea
 The skip scan costs the write path nothing, and a listing reads one index entry per distinct
 item (a DAG's runs, a run's task instances) plus one range count per item on the page.
 
+A search (`pattern`, Airflow's `dag_id_pattern`: case-insensitive LIKE `%term%`) filters the
+distinct DAG ids the skip scan found, in the server, before the page is cut: one id per DAG
+crosses from the database, never a row, and the browser gets one page.
+
 A token that pins a run, task or map index (`Reach`) is honoured in SQL too: counts cover only
 what it may read, and items where it may read nothing are left out (so for such a token every
 candidate item is counted, not only the page's).
@@ -28,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from taskstate.backends.base import StateBackend
+from taskstate.backends.base import StateBackend, like_matcher
 from taskstate.scope import ASSET_PREFIX, SEP, AssetScope, parse_namespace, task_prefix
 from taskstate.stored import Page
 
@@ -78,6 +82,14 @@ def glob_to_like(glob: str) -> tuple[str, str]:
         return prefix, _escape(prefix) + "%"
     like = "".join("%" if c == "*" else "_" if c == "?" else _escape(c) for c in glob)
     return prefix, like
+
+
+def id_search(pattern: str) -> Callable[[str], bool]:
+    """Airflow's `dag_id_pattern`: `ILIKE '%term%'` (wildcards `%` and `_`, escape `\\`), and
+    `a|b` for either term, as Airflow 3's search parameters read it."""
+    terms = [term.strip() for term in pattern.split("|") if term.strip()] or [pattern]
+    matches = [like_matcher(f"%{term.lower()}%") for term in terms]
+    return lambda text: any(match(text.lower()) for match in matches)
 
 
 def _escape(text: str) -> str:
@@ -153,8 +165,10 @@ class Discovery:
         may_task: MayTask = _allow_all_tasks,
         limit: int = 50,
         offset: int = 0,
+        pattern: str = "",
     ) -> Page[tuple[str, int]]:
-        """DAG ids holding live task state the caller may read, with their key counts."""
+        """DAG ids holding live task state the caller may read, with their key counts; only
+        those `pattern` finds (`id_search`), when given."""
         if reach.dag_globs is None:
             found = set(self.backend.groups(TASKS, self.now))
         else:
@@ -162,6 +176,8 @@ class Discovery:
             for glob in reach.dag_globs:
                 start, like = glob_to_like(glob)
                 found.update(self.backend.groups(TASKS, self.now, start=start, like=like))
+        if pattern:
+            found = set(filter(id_search(pattern), found))
         run, task, index = reach.run_id, reach.task_id, reach.map_index
         dags = sorted(d for d in found if may_task(d, run or "", task or "", index))
         return self._counted(

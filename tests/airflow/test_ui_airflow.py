@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 from playwright.sync_api import Browser, BrowserContext, FrameLocator, Locator, Page, expect
 from tests.airflow.deployment import USERS, Deployment, Deployments
-from tests.airflow.harness import versions
+from tests.airflow.harness import not_selected, versions
 from tests.ui.browser import DESKTOP, launched
 
 from taskstate.scope import TaskScope
@@ -22,6 +23,8 @@ from taskstate.scope import TaskScope
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 
 HOSTS = [v for v in ("3.2", "2.11") if v in versions()] or ["none"]
+# Airflow 3's own theme switch (Airflow 2 has none): not collected for 2.x.
+AIRFLOW3_HOST = [v for v in ("3.2",) if v in versions()] or ["none-3.2"]
 
 
 @pytest.fixture(scope="module")
@@ -34,6 +37,8 @@ def browser() -> Iterator[Browser]:
 def deployment(request: pytest.FixtureRequest, deployments: Deployments) -> Deployment:
     if request.param == "none":
         pytest.skip("neither Airflow 3.2 nor 2.11 selected")
+    if request.param == "none-3.2":
+        pytest.skip(not_selected(["3.2"]))
     return deployments.get(request.param)
 
 
@@ -50,8 +55,10 @@ def run_id(deployment: Deployment) -> str:
     return _runs[deployment.version]
 
 
-def signed_in(browser: Browser, deployment: Deployment, user: str) -> BrowserContext:
-    context = browser.new_context(viewport=DESKTOP, base_url=deployment.base_url)
+def signed_in(
+    browser: Browser, deployment: Deployment, user: str, **options: Any
+) -> BrowserContext:
+    context = browser.new_context(viewport=DESKTOP, base_url=deployment.base_url, **options)
     context.set_default_timeout(30_000)
     page = context.new_page()
     if deployment.major >= 3:  # the simple auth manager's sign-in page, which sets `_token`
@@ -168,3 +175,20 @@ def test_a_read_only_user_sees_state_and_changes_nothing(
         assert status == 403
     with deployment.home.store() as store:
         assert store.task_state(export).get("cursor") == {"page": 1}
+
+
+@pytest.mark.parametrize("deployment", AIRFLOW3_HOST, indirect=True)
+def test_the_tab_follows_airflows_theme_not_only_the_systems(
+    browser: Browser, deployment: Deployment, run_id: str
+) -> None:
+    """Issue 30: "no dark theme inside Airflow 3's dark UI". The system says dark; Airflow's
+    own choice (its theme switch, kept in localStorage `theme`) decides inside its tab."""
+    with signed_in(browser, deployment, "admin", color_scheme="dark") as context:
+        page = context.new_page()
+        for theme, background in (("light", "rgb(255, 255, 255)"), ("dark", "rgb(13, 17, 23)")):
+            page.goto("/")
+            page.evaluate("theme => localStorage.setItem('theme', theme)", theme)
+            view = state_view(page, deployment, run_id, "export", map_index=0)
+            expect(row(view, "cursor")).to_be_visible()
+            assert page.evaluate(f"document.documentElement.classList.contains('{theme}')")
+            expect(view.locator("body")).to_have_css("background-color", background)
