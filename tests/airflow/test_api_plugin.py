@@ -325,11 +325,21 @@ def test_asset_state_writes_need_the_permission_airflows_own_dataset_routes_need
             assert admin.get(url, params=query, headers=op).json()["value"] == "op"
             assert admin.delete(url, params=query, headers=op).status_code == 204
             assert admin.get(url, params=query).status_code == 404
+            user = _fab_user(deployment, "user", "User")  # may create, not delete (Airflow 2)
+            wrote = admin.put(url, params=query, json={"value": "user"}, headers=user)
+            assert wrote.status_code == 204, wrote.text
+            writers.append("user")
+            assert admin.delete(url, params=query, headers=user).status_code == 403
+            dag_only = _ts_api_reader(deployment)  # a role for DAG ts_api only: no datasets
+            refused = admin.put(url, params=query, json={"value": 1}, headers=dag_only)
+            assert refused.status_code == 403, refused.text
+            assert admin.delete(url, params=query, headers=dag_only).status_code == 403
+            assert admin.get(url, params=query).json()["value"] == "user"  # refused: unchanged
             assert admin.put(url, params=query, json={"value": 1}).status_code == 204
         assert admin.delete(url, params=query).status_code == 204
     with deployment.client("viewer") as viewer:  # what the viewer may still do: read
         assert viewer.get(url, params=query).status_code == 404
-    assert writers == (["admin"] if deployment.major >= 3 else ["admin", "op"])
+    assert writers == (["admin"] if deployment.major >= 3 else ["admin", "op", "user"])
 
 
 def _fab_role(deployment: Deployment, name: str, permissions: list[tuple[str, str]]) -> None:
@@ -343,6 +353,15 @@ def _fab_role(deployment: Deployment, name: str, permissions: list[tuple[str, st
     assert created.status_code in (200, 409), created.text  # 409: made by an earlier run
 
 
+def _ts_api_reader(deployment: Deployment) -> dict[str, str]:
+    """Basic-auth headers of a FAB user whose one role may read DAG `ts_api` (its runs and task
+    instances) and nothing else: no other DAG, no datasets (Airflow 2)."""
+    _fab_role(deployment, "ts_api_reader", [
+        ("can_read", "DAG:ts_api"), ("can_read", "DAG Runs"), ("can_read", "Task Instances"),
+    ])  # fmt: skip
+    return _fab_user(deployment, "ts_api_reader", "ts_api_reader")
+
+
 def test_a_dag_the_caller_may_not_see_is_403_as_on_airflows_own_routes(
     deployment: Deployment, run_id: str
 ) -> None:
@@ -351,10 +370,7 @@ def test_a_dag_the_caller_may_not_see_is_403_as_on_airflows_own_routes(
     alone; 3.x (the simple auth manager has no per-DAG roles): a taskstate token for `ts_api`,
     and Airflow's viewer, who may see both."""
     if deployment.major < 3:
-        _fab_role(deployment, "ts_api_reader", [
-            ("can_read", "DAG:ts_api"), ("can_read", "DAG Runs"), ("can_read", "Task Instances"),
-        ])  # fmt: skip
-        headers = _fab_user(deployment, "ts_api_reader", "ts_api_reader")
+        headers = _ts_api_reader(deployment)
     else:
         token = deployment.taskstate_token(dag_ids=("ts_api",), subject="ts_api_reader")
         headers = {"Authorization": f"Bearer {token}"}
