@@ -182,13 +182,20 @@ def test_the_tab_follows_airflows_theme_not_only_the_systems(
     browser: Browser, deployment: Deployment, run_id: str
 ) -> None:
     """Issue 30: "no dark theme inside Airflow 3's dark UI". The system says dark; Airflow's
-    own choice (its theme switch, kept in localStorage `theme`) decides inside its tab."""
+    own choice (kept in localStorage `theme`) decides inside its tab, and a switch made
+    elsewhere (another tab: Airflow's page follows it) flips the open tab too."""
+    light, dark = "rgb(255, 255, 255)", "rgb(13, 17, 23)"
     with signed_in(browser, deployment, "admin", color_scheme="dark") as context:
         page = context.new_page()
-        for theme, background in (("light", "rgb(255, 255, 255)"), ("dark", "rgb(13, 17, 23)")):
-            page.goto("/")
-            page.evaluate("theme => localStorage.setItem('theme', theme)", theme)
-            view = state_view(page, deployment, run_id, "export", map_index=0)
-            expect(row(view, "cursor")).to_be_visible()
-            assert page.evaluate(f"document.documentElement.classList.contains('{theme}')")
+        page.goto("/")
+        page.evaluate("localStorage.setItem('theme', 'light')")
+        view = state_view(page, deployment, run_id, "export", map_index=0)
+        expect(row(view, "cursor")).to_be_visible()
+        assert page.evaluate("document.documentElement.classList.contains('light')")
+        expect(view.locator("body")).to_have_css("background-color", light)
+        other = context.new_page()  # the switch in another tab: a `storage` event here
+        other.goto("/taskstate/health/live")
+        for theme, background in (("dark", dark), ("light", light)):
+            other.evaluate("theme => localStorage.setItem('theme', theme)", theme)
+            expect(page.locator("html")).to_have_class(re.compile(rf"\b{theme}\b"))
             expect(view.locator("body")).to_have_css("background-color", background)
