@@ -22,6 +22,10 @@ columns would widen every row and every index for what the namespace index alrea
 The skip scan costs the write path nothing, and a listing reads one index entry per distinct
 item (a DAG's runs, a run's task instances) plus one range count per item on the page.
 
+A search (`pattern`, Airflow's `dag_id_pattern`: case-insensitive LIKE `%term%`) filters the
+distinct DAG ids the skip scan found, in the server, before the page is cut: one id per DAG
+crosses from the database, never a row, and the browser gets one page.
+
 A token that pins a run, task or map index (`Reach`) is honoured in SQL too: counts cover only
 what it may read, and items where it may read nothing are left out (so for such a token every
 candidate item is counted, not only the page's).
@@ -32,7 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from taskstate.backends.base import StateBackend
+from taskstate.backends.base import StateBackend, like_matcher
 from taskstate.scope import ASSET_PREFIX, SEP, AssetScope, parse_namespace, task_prefix
 from taskstate.stored import Page
 
@@ -82,6 +86,18 @@ def glob_to_like(glob: str) -> tuple[str, str]:
         return prefix, _escape(prefix) + "%"
     like = "".join("%" if c == "*" else "_" if c == "?" else _escape(c) for c in glob)
     return prefix, like
+
+
+def _found_all(_dag_id: str) -> bool:
+    return True
+
+
+def id_search(pattern: str) -> Callable[[str], bool]:
+    """Airflow's `dag_id_pattern`: `ILIKE '%term%'` (wildcards `%` and `_`, escape `\\`), and
+    `a|b` for either term, as Airflow 3's search parameters read it."""
+    terms = [term.strip() for term in pattern.split("|") if term.strip()] or [pattern]
+    matches = [like_matcher(f"%{term.lower()}%") for term in terms]
+    return lambda text: any(match(text.lower()) for match in matches)
 
 
 def _escape(text: str) -> str:
@@ -182,8 +198,10 @@ class Discovery:
         may_task: MayTask = _allow_all_tasks,
         limit: int = 50,
         offset: int = 0,
+        pattern: str = "",
     ) -> Page[tuple[str, int]]:
-        """DAG ids holding live task state the caller may read, with their key counts."""
+        """DAG ids holding live task state the caller may read, with their key counts; only
+        those `pattern` finds (`id_search`), when given."""
         globs = [("", "")] if reach.dag_globs is None else map(glob_to_like, reach.dag_globs)
         ranges = list(globs)
 
@@ -195,9 +213,10 @@ class Discovery:
             return sorted(found)[: None if n < 0 else n]
 
         run, task, index = reach.run_id, reach.task_id, reach.map_index
+        found = id_search(pattern) if pattern else _found_all
         return self._counted(
             fetch,
-            lambda dag: may_task(dag, run or "", task or "", index),
+            lambda dag: found(dag) and may_task(dag, run or "", task or "", index),
             task_prefix,
             lambda dag: self._visible(dag, run, task, index),
             reach,

@@ -368,11 +368,77 @@ def test_asset_state_writes_need_the_permission_airflows_own_dataset_routes_need
             assert admin.get(url, params=query, headers=op).json()["value"] == "op"
             assert admin.delete(url, params=query, headers=op).status_code == 204
             assert admin.get(url, params=query).status_code == 404
+            user = _fab_user(deployment, "user", "User")  # may create, not delete (Airflow 2)
+            wrote = admin.put(url, params=query, json={"value": "user"}, headers=user)
+            assert wrote.status_code == 204, wrote.text
+            writers.append("user")
+            assert admin.delete(url, params=query, headers=user).status_code == 403
+            dag_only = _ts_api_reader(deployment)  # a role for DAG ts_api only: no datasets
+            refused = admin.put(url, params=query, json={"value": 1}, headers=dag_only)
+            assert refused.status_code == 403, refused.text
+            assert admin.delete(url, params=query, headers=dag_only).status_code == 403
+            assert admin.get(url, params=query).json()["value"] == "user"  # refused: unchanged
             assert admin.put(url, params=query, json={"value": 1}).status_code == 204
         assert admin.delete(url, params=query).status_code == 204
     with deployment.client("viewer") as viewer:  # what the viewer may still do: read
         assert viewer.get(url, params=query).status_code == 404
-    assert writers == (["admin"] if deployment.major >= 3 else ["admin", "op"])
+    assert writers == (["admin"] if deployment.major >= 3 else ["admin", "op", "user"])
+
+
+def _fab_role(deployment: Deployment, name: str, permissions: list[tuple[str, str]]) -> None:
+    """A FAB role holding exactly `permissions` ((action, resource) pairs), made on first use
+    through Airflow 2's roles API."""
+    with deployment.client("admin") as admin:
+        created = admin.post("/api/v1/roles", json={"name": name, "actions": [
+            {"action": {"name": action}, "resource": {"name": resource}}
+            for action, resource in permissions
+        ]})  # fmt: skip
+    assert created.status_code in (200, 409), created.text  # 409: made by an earlier run
+
+
+def _ts_api_reader(deployment: Deployment) -> dict[str, str]:
+    """Basic-auth headers of a FAB user whose one role may read DAG `ts_api` (its runs and task
+    instances) and nothing else: no other DAG, no datasets (Airflow 2)."""
+    _fab_role(deployment, "ts_api_reader", [
+        ("can_read", "DAG:ts_api"), ("can_read", "DAG Runs"), ("can_read", "Task Instances"),
+    ])  # fmt: skip
+    return _fab_user(deployment, "ts_api_reader", "ts_api_reader")
+
+
+def test_a_dag_the_caller_may_not_see_is_403_as_on_airflows_own_routes(
+    deployment: Deployment, run_id: str
+) -> None:
+    """Issue 30: a caller who may not see a DAG was answered an empty listing, which the page
+    read as "No run of this DAG holds state". 2.x: a real FAB role that may read DAG `ts_api`
+    alone; 3.x (the simple auth manager has no per-DAG roles): a taskstate token for `ts_api`,
+    and Airflow's viewer, who may see both."""
+    if deployment.major < 3:
+        headers = _ts_api_reader(deployment)
+    else:
+        token = deployment.taskstate_token(dag_ids=("ts_api",), subject="ts_api_reader")
+        headers = {"Authorization": f"Bearer {token}"}
+    with httpx.Client(base_url=deployment.base_url, headers=headers, timeout=60) as reader:
+        runs = reader.get(f"{V2}/dags/ts_api/dagRuns")
+        assert runs.status_code == 200, runs.text
+        assert run_id in [r["dag_run_id"] for r in runs.json()["dag_runs"]]
+        for path in ("ts_ui/dagRuns", f"ts_ui/dagRuns/{run_id}/taskInstances"):
+            refused = reader.get(f"{V2}/dags/{path}")
+            assert refused.status_code == 403, (path, refused.text)
+            assert refused.json()["detail"].startswith(
+                "'ts_api_reader' may not GET any task state of dag_id='ts_ui'"
+            )
+        assert [d["dag_id"] for d in reader.get(f"{V2}/dags").json()["dags"]] == ["ts_api"]
+        access = {
+            dag: reader.get("/taskstate/ui/access", params={"dag_id": dag}).json()["allowed"]
+            for dag in ("ts_api", "ts_ui")
+        }
+        assert access == {"ts_api": True, "ts_ui": False}
+        if deployment.major < 3:  # the same user on Airflow's own route for that DAG's runs
+            assert reader.get("/api/v1/dags/ts_ui/dagRuns").status_code == 403
+            assert reader.get("/api/v1/dags/ts_api/dagRuns").status_code == 200
+    with deployment.client("viewer") as viewer:  # Airflow's viewer may see every DAG
+        assert viewer.get(f"{V2}/dags/ts_ui/dagRuns").status_code == 200
+        assert viewer.get("/taskstate/ui/access", params={"dag_id": "ts_ui"}).json()["allowed"]
 
 
 def test_ids_past_64_bits_are_refused_before_any_query(deployment: Deployment, run_id: str) -> None:
@@ -385,6 +451,8 @@ def test_ids_past_64_bits_are_refused_before_any_query(deployment: Deployment, r
                 assert found.status_code == 404, found.text
         assert viewer.get(f"{V2}/assets/{2**63 - 1}/state-store").status_code == 404  # a query
         assert viewer.get(f"{V2}/dags", params={"offset": huge}).status_code == 422
+        where = {"dag_id": "ts_api", "run_id": run_id, "task_id": "writer", "map_index": just_past}
+        assert viewer.get("/taskstate/ui/access", params=where).status_code == 422  # 19 digits
     with deployment.client("admin") as admin:
         for index in (huge, just_past, f"-{huge}"):
             refused = admin.put(url, params={"map_index": index}, json={"value": 1})

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -25,6 +26,8 @@ pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 
 HOSTED = ("3.2", "2.11", "3.1", "3.0", "2.10")  # as tests/airflow/test_api_plugin.py
 HOSTS = [v for v in HOSTED if v in versions()] or ["none"]
+# Airflow 3's own theme switch (Airflow 2 has none): not collected for 2.x.
+AIRFLOW3_HOST = [v for v in ("3.2",) if v in versions()] or ["none-3.2"]
 
 
 @pytest.fixture(scope="module")
@@ -37,6 +40,8 @@ def browser() -> Iterator[Browser]:
 def deployment(request: pytest.FixtureRequest, deployments: Deployments) -> Deployment:
     if request.param == "none":
         pytest.skip(not_selected(HOSTED))
+    if request.param == "none-3.2":
+        pytest.skip(not_selected(["3.2"]))
     return deployments.get(request.param)
 
 
@@ -53,8 +58,10 @@ def run_id(deployment: Deployment) -> str:
     return _runs[deployment.version]
 
 
-def signed_in(browser: Browser, deployment: Deployment, user: str) -> BrowserContext:
-    context = browser.new_context(viewport=DESKTOP, base_url=deployment.base_url)
+def signed_in(
+    browser: Browser, deployment: Deployment, user: str, **options: Any
+) -> BrowserContext:
+    context = browser.new_context(viewport=DESKTOP, base_url=deployment.base_url, **options)
     context.set_default_timeout(30_000)
     page = context.new_page()
     if deployment.major >= 3:  # the simple auth manager's sign-in page, which sets `_token`
@@ -182,3 +189,27 @@ def test_a_read_only_user_sees_state_and_changes_nothing(
         assert status == 403
     with deployment.home.store() as store:
         assert store.task_state(export).get("cursor") == {"page": 1}
+
+
+@pytest.mark.parametrize("deployment", AIRFLOW3_HOST, indirect=True)
+def test_the_tab_follows_airflows_theme_not_only_the_systems(
+    browser: Browser, deployment: Deployment, run_id: str
+) -> None:
+    """Issue 30: "no dark theme inside Airflow 3's dark UI". The system says dark; Airflow's
+    own choice (kept in localStorage `theme`) decides inside its tab, and a switch made
+    elsewhere (another tab: Airflow's page follows it) flips the open tab too."""
+    light, dark = "rgb(255, 255, 255)", "rgb(13, 17, 23)"
+    with signed_in(browser, deployment, "admin", color_scheme="dark") as context:
+        page = context.new_page()
+        page.goto("/")
+        page.evaluate("localStorage.setItem('theme', 'light')")
+        view = state_view(page, deployment, run_id, "export", map_index=0)
+        expect(row(view, "cursor")).to_be_visible()
+        assert page.evaluate("document.documentElement.classList.contains('light')")
+        expect(view.locator("body")).to_have_css("background-color", light)
+        other = context.new_page()  # the switch in another tab: a `storage` event here
+        other.goto("/taskstate/health/live")
+        for theme, background in (("dark", dark), ("light", light)):
+            other.evaluate("theme => localStorage.setItem('theme', theme)", theme)
+            expect(page.locator("html")).to_have_class(re.compile(rf"\b{theme}\b"))
+            expect(view.locator("body")).to_have_css("background-color", background)

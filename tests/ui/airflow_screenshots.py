@@ -37,6 +37,14 @@ def airflow_views(browser: Browser, versions: list[str]) -> None:
                             page.get_by_role("heading", name="Assets with state")
                         ).to_be_visible()
                     shoot(page, f"{name}-browse")
+                if deployment.major >= 3:  # Airflow's own dark theme, followed by the tab
+                    with signed_in(browser, deployment, "admin") as context:
+                        page = context.new_page()
+                        page.goto("/")
+                        page.evaluate("localStorage.setItem('theme', 'dark')")
+                        view = state_view(page, deployment, run_id, "export", map_index=0)
+                        expect(view.locator("td.ts-key", has_text="cursor")).to_be_visible()
+                        shoot(page, f"{name}-dark")
                 with signed_in(browser, deployment, "viewer") as context:
                     page = context.new_page()
                     view = state_view(page, deployment, run_id, "export", map_index=1)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 import time
 from datetime import timedelta
+from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from playwright.sync_api import Browser, Page, expect
@@ -499,3 +500,107 @@ def test_read_only_users_see_history_but_no_restore(secured: Served, page: Page)
     expect(panel.get_by_role("button", name="Restore", exact=False)).to_have_count(0)
     panel.get_by_role("button", name="Close").click()
     expect(panel).to_be_hidden()
+
+
+def test_dag_search_asks_the_server_for_one_page_at_a_time(served: Served, page: Page) -> None:
+    """Issue 30 at scale: the search box sends `dag_id_pattern` (the text as typed, LIKE's
+    wildcards escaped) and shows the server's page, with the search and page in the address;
+    the browser never fetches every DAG."""
+    for n in range(60):
+        served.store.task_state(TaskScope(f"orders_{n:02d}", "r", "t")).set("k", n)
+    for dag in ("ordersx", "billing"):  # "ORDERS_" must not find them (`_` is not a wildcard)
+        served.store.task_state(TaskScope(dag, "r", "t")).set("k", 1)
+    asked: list[str] = []
+    page.on("request", lambda r: asked.append(r.url) if "/api/v2/dags?" in r.url else None)
+    page.goto(served.ui)
+    expect(page.get_by_text("1–25 of more than 25")).to_be_visible()  # counts only one page
+    page.get_by_label("Search DAGs").fill("ORDERS_")
+    page.keyboard.press("Enter")
+    expect(page.get_by_text("More than 25 DAGs match")).to_be_visible()
+    expect(page.get_by_text("1–25 of more than 25")).to_be_visible()
+    expect(page.get_by_role("link", name="orders_24")).to_be_visible()
+    expect(page.get_by_role("link", name="ordersx")).to_have_count(0)
+    page.get_by_role("button", name="Next").click()
+    expect(page.get_by_text("26–50 of more than 50")).to_be_visible()
+    assert "q=ORDERS_" in page.url and "offset=25" in page.url
+    page.reload()
+    expect(page.get_by_role("link", name="orders_49")).to_be_visible()
+    expect(page.get_by_role("link", name="orders_50")).to_have_count(0)
+    page.get_by_role("button", name="Next").click()
+    expect(page.get_by_text("60 DAGs match")).to_be_visible()  # the last page: exact
+    expect(page.get_by_text("51–60 of 60")).to_be_visible()
+    page.get_by_label("Search DAGs").fill("no such dag")
+    page.keyboard.press("Enter")
+    expect(page.get_by_text('No DAG you may see has "no such dag" in its id.')).to_be_visible()
+    queries = [parse_qs(urlsplit(url).query) for url in asked]
+    searches = [q for q in queries if "dag_id_pattern" in q]
+    assert len(searches) == 5, asked  # first page, next, reload, last, no match
+    assert {q["dag_id_pattern"][0] for q in searches} == {"ORDERS\\_", "no such dag"}
+    assert all(q["limit"] == ["25"] for q in queries), asked  # one page, never all of them
+
+
+def test_a_dag_or_run_the_token_does_not_cover_says_so(secured: Served, page: Page) -> None:
+    """Issue 30: a token that may not see a DAG was told "No run of this DAG holds state"."""
+    seed(secured)
+    secured.store.task_state(TaskScope("secret", "run1", "t", -1)).set("k", 1)
+    secured.store.task_state(TaskScope("etl", "run2", "load", -1)).set("k", 1)
+    page.goto(secured.ui)
+    page.get_by_label("taskstate token", exact=False).fill(
+        secured.token(dag_ids=("etl*",), run_id="run1", subject="oncall")
+    )
+    page.get_by_role("button", name="Use token").click()
+    expect(page.get_by_role("link", name="etl")).to_be_visible()
+    page.goto(f"{secured.ui}?dag_id=secret")
+    expect(page.get_by_role("heading", name="Runs of secret with state")).to_be_visible()
+    expect(page.get_by_role("alert")).to_have_text(
+        "You may not see the state of DAG secret: your token or role does not cover it. "
+        "Ask for one that names it, or use another token."
+    )
+    expect(page.get_by_text("No run of this DAG holds state")).to_have_count(0)
+    page.goto(f"{secured.ui}?dag_id=etl&run_id=run2")
+    expect(page.get_by_role("alert")).to_contain_text(
+        "You may not see the state of run run2 of DAG etl"
+    )
+    page.goto(f"{secured.ui}?dag_id=etl")  # its DAG: only its run is listed, no refusal
+    expect(page.get_by_role("link", name="run1")).to_be_visible()
+    expect(page.get_by_role("link", name="run2")).to_have_count(0)
+    expect(page.get_by_role("alert")).to_have_text("")
+    page.goto(f"{secured.ui}?dag_id=etl_empty")  # may see it, holds nothing
+    expect(page.get_by_text("No run of this DAG holds state that you may see.")).to_be_visible()
+
+
+HOST = (
+    '<!doctype html><html class="{theme}"><body style="margin:0">'
+    '<iframe src="/taskstate/ui/" style="width:900px;height:600px;border:0"></iframe>'
+    "</body></html>"
+)
+
+
+def test_dark_follows_airflows_theme_inside_its_frame(served: Served, browser: Browser) -> None:
+    """Issue 30: inside Airflow 3 the page follows Airflow's own theme switch (its theme
+    library's `dark` / `light` class on the top page), not only the system's. The host page is
+    served from the same origin, as Airflow's is (tests/airflow/test_ui_airflow.py: the real
+    one)."""
+    seed(served)
+    context = browser.new_context(color_scheme="dark")  # the system says dark
+    page = context.new_page()
+    page.route(
+        f"{served.base}/airflow",
+        lambda route: route.fulfill(content_type="text/html", body=HOST.format(theme="light")),
+    )
+    page.goto(f"{served.base}/airflow")
+    frame = page.frame_locator("iframe")
+    body = frame.locator("body")
+    expect(frame.get_by_role("link", name="etl")).to_be_visible()
+    expect(body).to_have_css("background-color", "rgb(255, 255, 255)")  # Airflow's light wins
+    page.evaluate("document.documentElement.className = 'dark'")  # Airflow's switch flips
+    expect(body).to_have_css("background-color", "rgb(13, 17, 23)")
+    expect(frame.locator("#ts-app")).to_have_css("color", "rgb(230, 237, 243)")
+    page.evaluate("document.documentElement.className = 'light'")
+    expect(body).to_have_css("background-color", "rgb(255, 255, 255)")
+    page.evaluate("document.documentElement.className = ''")  # no choice of Airflow's: the system's
+    expect(body).to_have_css("background-color", "rgb(13, 17, 23)")
+    standalone = context.new_page()  # on its own, the system's dark as before
+    standalone.goto(served.ui)
+    expect(standalone.locator("body")).to_have_css("background-color", "rgb(13, 17, 23)")
+    context.close()

@@ -41,6 +41,10 @@ class AirflowUser:
     def may_task(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
     ) -> bool:
+        return self.may_dag(dag_id, run_id, method)
+
+    def may_dag(self, dag_id: str, run_id: str | None, method: Method) -> bool:
+        # Airflow's auth managers grant task-instance access per DAG (DagDetails holds no run).
         if (dag_id, method) not in self._dags:
             from airflow.api_fastapi.auth.managers.models.resource_details import (
                 DagAccessEntity,

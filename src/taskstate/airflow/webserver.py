@@ -78,6 +78,10 @@ class FabUser:
     def may_task(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
     ) -> bool:
+        return self.may_dag(dag_id, run_id, method)
+
+    def may_dag(self, dag_id: str, run_id: str | None, method: Method) -> bool:
+        # FAB grants per DAG, never per run or task.
         return method == self.method and self.tasks_ok and dag_id in self.dag_ids
 
     def may_asset(self, asset: AssetScope, method: Method) -> bool:

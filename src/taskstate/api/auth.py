@@ -53,6 +53,12 @@ class Principal(Protocol):
         """`map_index` None: every map index of the task (a clear with `all_map_indices`)."""
         ...
 
+    def may_dag(self, dag_id: str, run_id: str | None, method: Method) -> bool:
+        """Whether METHOD is allowed on any task instance of this DAG (of this run, when
+        `run_id` is given). False: none at all, so the DAG's listings answer 403 rather than
+        an empty page that would read "holds no state" (Airflow's own DAG routes answer 403)."""
+        ...
+
     def may_asset(self, asset: AssetScope, method: Method) -> bool: ...
 
 
@@ -84,6 +90,9 @@ class OpenAccess:
     ) -> bool:
         return True
 
+    def may_dag(self, dag_id: str, run_id: str | None, method: Method) -> bool:
+        return True
+
     def may_asset(self, asset: AssetScope, method: Method) -> bool:
         return True
 
@@ -109,15 +118,20 @@ class TokenPrincipal:
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
     ) -> bool:
         c = self.claims
+        if not self.may_dag(dag_id, run_id, method):
+            return False
+        return c.admin or (
+            c.task_id in (None, task_id) and (c.map_index is None or c.map_index == map_index)
+        )
+
+    def may_dag(self, dag_id: str, run_id: str | None, method: Method) -> bool:
+        c = self.claims
         if not self._method_ok(method):
             return False
         if c.admin:
             return True
-        return (
-            any(fnmatch.fnmatchcase(dag_id, pattern) for pattern in c.dag_ids)
-            and c.run_id in (None, run_id)
-            and c.task_id in (None, task_id)
-            and (c.map_index is None or c.map_index == map_index)
+        return any(fnmatch.fnmatchcase(dag_id, pattern) for pattern in c.dag_ids) and (
+            run_id is None or c.run_id in (None, run_id)
         )
 
     def may_asset(self, asset: AssetScope, method: Method) -> bool:
@@ -211,6 +225,15 @@ def require_task(
         raise Forbidden(
             f"{principal.subject!r} may not {method} the task state of dag_id={dag_id!r}, "
             f"run_id={run_id!r}, task_id={task_id!r}, {where}"
+        )
+
+
+def require_dag(principal: Principal, dag_id: str, run_id: str | None, method: Method) -> None:
+    if not principal.may_dag(dag_id, run_id, method):
+        run = "" if run_id is None else f", run_id={run_id!r}"
+        raise Forbidden(
+            f"{principal.subject!r} may not {method} any task state of dag_id={dag_id!r}{run}: "
+            "the token or role does not cover this DAG"
         )
 
 

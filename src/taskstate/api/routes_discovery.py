@@ -2,17 +2,19 @@
 
 Each listing shows only what the caller may read, and is paged like the state listings; the
 store answers with indexed queries (`taskstate.discovery`). Key counts stop past 10,000
-(`keys` 10001 reads "10000+").
+(`keys` 10001 reads "10000+"). A DAG (or run) the caller may read nothing of is 403, as on
+Airflow's own DAG routes, rather than an empty page that would read "holds no state".
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Annotated
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from taskstate.api import models
-from taskstate.api.auth import Principal, TokenPrincipal
+from taskstate.api.auth import Principal, TokenPrincipal, require_dag
 from taskstate.api.context import Caller, Ctx, Limit, Offset, json_response, page_bounds
 from taskstate.api.routes_state import listing_ids
 from taskstate.discovery import EVERYTHING, MayTask, Reach
@@ -37,12 +39,32 @@ def _may_asset(principal: Principal) -> Callable[[AssetScope], bool]:
     return lambda asset: principal.may_asset(asset, "GET")
 
 
+DagIdPattern = Annotated[
+    str | None,
+    Query(
+        max_length=1000,
+        description="Only DAG ids containing it, any case, as Airflow's `dag_id_pattern`: "
+        "SQL LIKE wildcards `%` and `_` (escape with `\\`), `|` between alternatives.",
+    ),
+]
+
+
 @router.get("/dags", response_model=models.DagCollection)
-def list_dags(ctx: Ctx, principal: Caller, limit: Limit = 50, offset: Offset = 0) -> Response:
+def list_dags(
+    ctx: Ctx,
+    principal: Caller,
+    limit: Limit = 50,
+    offset: Offset = 0,
+    dag_id_pattern: DagIdPattern = None,
+) -> Response:
     """DAG ids with task state, and their live key counts."""
     limit, offset = page_bounds(ctx, limit, offset)
     page = ctx.store.discovery().dags(
-        reach=_reach(principal), may_task=_may_task(principal), limit=limit, offset=offset
+        reach=_reach(principal),
+        may_task=_may_task(principal),
+        limit=limit,
+        offset=offset,
+        pattern=dag_id_pattern or "",
     )
     dags = [{"dag_id": dag_id, "keys": keys} for dag_id, keys in page.items]
     return json_response({"dags": dags, "total_entries": page.total, "exact_total": page.exact})
@@ -59,6 +81,7 @@ def list_dag_runs(
 ) -> Response:
     """Run ids of one DAG with task state."""
     (dag_id,) = listing_ids(request, dag_id)  # after authentication: 401 before 422
+    require_dag(principal, dag_id, None, "GET")
     limit, offset = page_bounds(ctx, limit, offset)
     page = ctx.store.discovery().runs(
         dag_id, reach=_reach(principal), may_task=_may_task(principal), limit=limit, offset=offset
@@ -82,6 +105,7 @@ def list_task_instances(
 ) -> Response:
     """Task ids and map indices of one run with task state."""
     dag_id, dag_run_id = listing_ids(request, dag_id, dag_run_id)
+    require_dag(principal, dag_id, dag_run_id, "GET")
     limit, offset = page_bounds(ctx, limit, offset)
     page = ctx.store.discovery().task_instances(
         dag_id,

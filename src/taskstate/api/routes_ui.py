@@ -13,11 +13,12 @@ from typing import Annotated
 from urllib.parse import unquote, urlencode
 
 from fastapi import APIRouter, FastAPI, HTTPException, Query, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, RedirectResponse
 from fastapi.staticfiles import StaticFiles
 
 from taskstate.api.auth import Method
-from taskstate.api.context import Caller, Ctx
+from taskstate.api.context import INT64, Caller, Ctx
 from taskstate.scope import AssetScope
 
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -92,15 +93,24 @@ def access(
     asset_uri: str | None = None,
 ) -> dict[str, object]:
     """Whether the caller may do this request's method on a task instance (or, with
-    `map_index=all`, every map index) or an asset: the page hides what it may not do. Asked
-    with the method itself, because Airflow 2's permissions are read per request method.
-    The API's routes still decide every write; this only shapes the page."""
+    `map_index=all`, every map index), on anything of a DAG (or of one of its runs: no
+    `task_id`) or on an asset: the page hides what it may not do. Asked with the method
+    itself, because Airflow 2's permissions are read per request method. The API's routes
+    still decide every write; this only shapes the page."""
     method: Method = "GET" if request.method == "GET" else request.method  # type: ignore[assignment]
+    index = None if map_index == "all" else int(map_index)
+    if index is not None and index not in INT64:  # what the state routes refuse too
+        raise RequestValidationError([{
+            "loc": ("query", "map_index"), "type": "value_error",
+            "msg": f"map_index must be -1, an integer up to {INT64.stop - 1} or all, "
+            f"got {map_index!r}",
+        }])  # fmt: skip
     if asset is not None or asset_uri is not None:
         allowed = principal.may_asset(AssetScope(name=asset, uri=asset_uri), method)
     elif dag_id is not None and run_id is not None and task_id is not None:
-        index = None if map_index == "all" else int(map_index)
         allowed = principal.may_task(dag_id, run_id, task_id, index, method)
+    elif dag_id is not None and task_id is None:
+        allowed = principal.may_dag(dag_id, run_id, method)
     else:
         allowed = False
     return {"subject": principal.subject, "method": method, "allowed": allowed}

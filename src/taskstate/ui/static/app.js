@@ -26,6 +26,11 @@
 
   class AuthError extends Error {}
 
+  // A refusal or failure the server answered; `status` lets a view word a 403 itself.
+  class HttpError extends Error {
+    constructor(text, status) { super(text); this.status = status; }
+  }
+
   // -- HTTP --------------------------------------------------------------------------------
 
   function keyPath(key) {
@@ -70,7 +75,7 @@
 
   async function getJson(path, query) {
     const response = await call("GET", path, { query });
-    if (!response.ok) throw new Error(await message(response));
+    if (!response.ok) throw new HttpError(await message(response), response.status);
     return response.json();
   }
 
@@ -118,6 +123,28 @@
       if (error instanceof AuthError) throw error;
       return false;
     }
+  }
+
+  // -- theme -------------------------------------------------------------------------------
+
+  // Dark or light (`ts-dark` on the body): Airflow 3's own choice when the page is its tab or
+  // nav iframe (its theme library puts `dark` or `light` on the top page's <html>, which this
+  // same-origin frame may read; its switch is followed as it flips), else the system's
+  // (prefers-color-scheme). Not inside Airflow 2's page, which is light and not ours to style.
+  function followTheme() {
+    if (!document.body.classList.contains("ts-standalone")) return;
+    const system = matchMedia("(prefers-color-scheme: dark)");
+    let host = null;
+    try {
+      if (window.parent !== window) host = window.parent.document.documentElement;
+    } catch { host = null; } // framed by another origin: its page is not readable
+    const apply = () => {
+      const chosen = host && ["dark", "light"].find((name) => host.classList.contains(name));
+      document.body.classList.toggle("ts-dark", (chosen || (system.matches ? "dark" : "light")) === "dark");
+    };
+    apply();
+    system.addEventListener("change", apply);
+    if (host) new MutationObserver(apply).observe(host, { attributes: true, attributeFilter: ["class"] });
   }
 
   // -- DOM helpers -------------------------------------------------------------------------
@@ -424,26 +451,19 @@
   // Discovery counts stop past 10,000 keys (the API answers 10001): shown as "10000+".
   const keyCount = (n) => (n > 10000 ? "10000+" : n);
 
-  // Every DAG holding state, 100 a request (the search runs over all of them, in the page).
-  async function allDags() {
-    const found = [];
-    for (let offset = 0; ; offset += 100) {
-      const page = await getJson("dags", { limit: 100, offset });
-      found.push(...page.dags);
-      if (!page.dags.length || found.length >= page.total_entries) return found;
-    }
-  }
+  // The search box finds the text as typed, any case: LIKE's wildcards are escaped for the
+  // server's `dag_id_pattern` (the server searches and answers one page); `|`, Airflow's "or",
+  // becomes `_` (any one character: no Airflow DAG id holds a `|`).
+  const literal = (text) => text.replace(/[\\%_|]/g, (c) => (c === "|" ? "_" : `\\${c}`));
 
   async function homeView() {
     const offset = Number(params.get("offset") || 0);
     const search = (params.get("q") || "").trim();
     const [dags, assets] = await Promise.all([
-      search ? allDags().then((all) => all.filter((d) => d.dag_id.toLowerCase().includes(search.toLowerCase())))
-        : getJson("dags", { limit: PAGE_SIZE, offset }),
+      getJson("dags", { limit: PAGE_SIZE, offset, dag_id_pattern: search ? literal(search) : undefined }),
       getJson("assets", { limit: 100 }),
     ]);
-    const listed = search ? dags : dags.dags;
-    const dagRows = listed.map((d) => [h("a", { href: href({ dag_id: d.dag_id }) }, d.dag_id), keyCount(d.keys)]);
+    const dagRows = dags.dags.map((d) => [h("a", { href: href({ dag_id: d.dag_id }) }, d.dag_id), keyCount(d.keys)]);
     const assetRows = assets.assets.map((a) => [h("a", { href: href({ asset: a.name }) }, a.name), keyCount(a.keys)]);
     const box = h("input", { id: "ts-search", type: "search", name: "q", value: search, autocomplete: "off" });
     show(
@@ -453,8 +473,9 @@
         h("label", { for: "ts-search" }, "Search DAGs (part of the id)", box), h("button", { type: "submit" }, "Search")),
       dagRows.length ? table("DAGs with task state", ["DAG", "Keys"], dagRows)
         : h("p", { class: "ts-empty" }, search ? `No DAG you may see has "${search}" in its id.` : "No task state yet."),
-      search ? h("div", { class: "ts-pager" }, `${listed.length} ${listed.length === 1 ? "DAG matches" : "DAGs match"}`)
-        : pager(dags.total_entries, offset, (o) => { location.search = href({ offset: o }); }, dags.exact_total !== false),
+      search ? h("p", { class: "ts-meta" }, dags.exact_total === false ? `More than ${dags.total_entries - 1} DAGs match`
+        : `${dags.total_entries} ${dags.total_entries === 1 ? "DAG matches" : "DAGs match"}`) : null,
+      pager(dags.total_entries, offset, (o) => { location.search = href({ q: search || undefined, offset: o }); }, dags.exact_total !== false),
       h("h2", { id: "ts-assets" }, "Assets with state"),
       assetRows.length ? table("Assets with state", ["Asset", "Keys"], assetRows) : h("p", { class: "ts-empty" }, "No asset state yet."));
   }
@@ -470,15 +491,32 @@
       pager(assets.total_entries, offset, (o) => { location.search = href({ view: "assets", offset: o }); }, assets.exact_total !== false));
   }
 
+  // What `reading` resolves to, or null when the server refused it (403: the caller may see
+  // nothing of this DAG or run), after showing why under `heading` instead.
+  async function refused(reading, trail, heading, what) {
+    try {
+      return await reading;
+    } catch (error) {
+      if (!(error instanceof HttpError) || error.status !== 403) throw error;
+      show(crumbs(trail), h("h1", {}, heading),
+        h("p", { class: "ts-error", role: "alert" }, `You may not see ${what}: your token or role does not cover it. Ask for one that names it, or use another token.`),
+        h("p", { class: "ts-meta" }, error.message));
+      return null;
+    }
+  }
+
   async function runsView(dagId) {
     const offset = Number(params.get("offset") || 0);
-    const runs = await getJson(`dags/${keyPath(dagId)}/dagRuns`, { limit: PAGE_SIZE, offset });
+    const trail = [["State", href({})], [dagId]];
+    const heading = `Runs of ${dagId} with state`;
+    const runs = await refused(getJson(`dags/${keyPath(dagId)}/dagRuns`, { limit: PAGE_SIZE, offset }), trail, heading, `the state of DAG ${dagId}`);
+    if (!runs) return;
     const rows = runs.dag_runs.map((r) => [h("a", { href: href({ dag_id: dagId, run_id: r.dag_run_id }) }, r.dag_run_id), keyCount(r.keys)]);
     show(
-      crumbs([["State", href({})], [dagId]]),
-      h("h1", {}, `Runs of ${dagId} with state`), status, alertBox,
+      crumbs(trail), h("h1", {}, heading), status, alertBox,
+      // May see the DAG (else 403), yet a token pinned to some runs or tasks sees only theirs.
       rows.length ? table("Runs", ["Run", "Keys"], rows) : h("p", { class: "ts-empty" }, sessionStorage.getItem(TOKEN_KEY) || cfg.login
-        ? "No run of this DAG holds state that you may see: it holds none, or your token or role does not cover this DAG."
+        ? "No run of this DAG holds state that you may see."
         : "No run of this DAG holds state."),
       pager(runs.total_entries, offset, (o) => { location.search = href({ dag_id: dagId, offset: o }); }, runs.exact_total !== false));
   }
@@ -493,13 +531,15 @@
   }
 
   async function taskInstancesView(dagId, runId) {
-    const instances = await allTaskInstances(dagId, runId);
+    const trail = [["State", href({})], [dagId, href({ dag_id: dagId })], [runId]];
+    const heading = `Task instances of ${runId} with state`;
+    const instances = await refused(allTaskInstances(dagId, runId), trail, heading, `the state of run ${runId} of DAG ${dagId}`);
+    if (!instances) return;
     const rows = instances.map((ti) => [
       h("a", { href: href({ dag_id: dagId, run_id: runId, task_id: ti.task_id, map_index: ti.map_index }) }, ti.task_id),
       ti.map_index === -1 ? "not mapped" : ti.map_index, keyCount(ti.keys)]);
     show(
-      crumbs([["State", href({})], [dagId, href({ dag_id: dagId })], [runId]]),
-      h("h1", {}, `Task instances of ${runId} with state`), status, alertBox,
+      crumbs(trail), h("h1", {}, heading), status, alertBox,
       rows.length ? table("Task instances", ["Task", "Map index", "Keys"], rows) : h("p", { class: "ts-empty" }, "No task of this run holds state."));
   }
 
@@ -740,5 +780,6 @@
     else await homeView();
   }
 
+  followTheme();
   main().catch(report);
 })();
