@@ -21,7 +21,9 @@ from taskstate.settings import Settings
 SECRET = "ui-test-secret-key-0123456789abcdefghijkl"
 
 
-@pytest.fixture(scope="session")
+# Package scope: Playwright's sync API keeps an event loop running while it is started, and
+# a later test calling `asyncio.run` (the async accessors' tests) would fail beside it.
+@pytest.fixture(scope="package")
 def browser() -> Iterator[Browser]:
     with launched() as browser:
         yield browser

@@ -521,7 +521,8 @@ def test_dag_search_asks_the_server_for_one_page_at_a_time(served: Served, page:
     expect(page.get_by_role("link", name="orders_24")).to_be_visible()
     expect(page.get_by_role("link", name="ordersx")).to_have_count(0)
     page.get_by_role("button", name="Next").click()
-    expect(page.get_by_text("26–50 of more than 50")).to_be_visible()
+    # Exact or a lower bound, as the server found it (a rejected id makes it look further).
+    expect(page.get_by_text(re.compile(r"^26–50 of (more than 50|60)$"))).to_be_visible()
     assert "q=ORDERS_" in page.url and "offset=25" in page.url
     page.reload()
     expect(page.get_by_role("link", name="orders_49")).to_be_visible()
