@@ -441,8 +441,7 @@ class StateStore:
         check_key(item.key)
         text = None
         if item.value is not None:
-            accessor = self._accessor(item.scope, None)
-            text = accessor._offload(item.key, accessor._encode(item.key, item.value), uploaded)
+            text = self._accessor(item.scope, None).stored_text(item.key, item.value, uploaded)
         elif item.op not in VALUELESS_OPS:
             raise ValueError(
                 f"a {item.op!r} version needs a value (only {VALUELESS_OPS} have none)"

@@ -78,8 +78,10 @@ RESTORED: Final = "restored"  # how many keys a task instance's restore made liv
 HISTORY_FIELDS: Final = frozenset({AS_OF, VERSION, VERSIONS, OP, UPDATED_BY, RESTORED})
 MAX_PAGE: Final = 100  # Airflow's default [api] maximum_page_limit
 # Discovery listings (`DAGS`, `DAG_RUNS`, `TASK_INSTANCES`, `ASSETS`) and the writer's identity.
+DAG_ID_PATTERN: Final = "dag_id_pattern"  # the DAG search, as Airflow's own parameter
 DISCOVERY_FIELDS: Final = frozenset(
     {"dags", "dag_id", "dag_runs", "dag_run_id", "task_instances", "task_id", "assets", "keys"}
+    | {DAG_ID_PATTERN}
 )
 WRITER_FIELDS: Final = frozenset(
     {"kind", "dag_id", "run_id", "task_id", MAP_INDEX, "subject", "via", "user", WRITE_ID}
