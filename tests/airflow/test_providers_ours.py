@@ -8,7 +8,8 @@ kill point, and every operator starting with the id of another client's job in i
 (`verify_job` must refuse it); under Airflow 2.10's (scheduler + SequentialExecutor, one task at
 a time) one run has every operator killed inside the submit→persist window, the point only
 taskstate closes; under `airflow dags test` on 3.3 (tasks in the command's own process: the
-fault is an exception) every operator at every point. The DAG:
+fault is an exception) every operator at every point, and every operator in deferrable mode
+failed after saving the id, before `defer()`. The DAG:
 tests/airflow/provider_dags/ts_providers_ours.py.
 """
 
@@ -36,6 +37,7 @@ OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
 EVERY = [f"{op}_{point}" for op in OPERATORS for point in KILLS]
 FOREIGN = [f"{op}_foreign_id" for op in OPERATORS]
 WINDOW = [f"{op}_in_window" for op in OPERATORS]
+DEFERRED = [f"{op}_before_defer" for op in OPERATORS]
 
 
 def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:
@@ -79,13 +81,13 @@ def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def services(workdir: Path) -> Iterator[tuple[dict[str, str], Any]]:
+def services(workdir: Path, job_seconds: float = 4) -> Iterator[tuple[dict[str, str], Any]]:
     """Every service, and `ledger(run_id)`: task -> [job ids the services accepted for it]."""
     out = workdir / "out"
     out.mkdir(parents=True)
     with (
-        running_aws(workdir, job_seconds=4) as aws,
-        running_services(workdir, job_seconds=4) as fakes,
+        running_aws(workdir, job_seconds=job_seconds) as aws,
+        running_services(workdir, job_seconds=job_seconds) as fakes,
     ):
         endpoints = {
             "aws": aws.endpoint,
@@ -173,6 +175,22 @@ def test_dags_test_failed_at_each_point_one_job_per_logical_job(
         found = reports(Path(endpoints["out"]))
         jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
     check(EVERY, found, jobs)
+
+
+def test_dags_test_deferrable_failed_before_defer_one_job_each(
+    home_33: AirflowHome, tmp_path: Path
+) -> None:
+    """Deferrable mode: try 1 saves the id and fails before defer(); try 2 defers on that job
+    with the provider's own trigger (run by `dags test` in its process) and completes it from
+    the task's state: one job each, its result. The jobs run 40 s, so each is still running
+    when try 2 starts (dags test runs the tasks one by one) and the trigger waits for it."""
+    with services(tmp_path, job_seconds=40) as (endpoints, ledger):
+        env = {"TS_PROVIDER_FAULT": "raise", "TS_SERVICES": json.dumps(endpoints)}
+        home_33.dags_test("ts_providers_ours_deferrable", env=env)
+        found = reports(Path(endpoints["out"]))
+        jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
+    check(DEFERRED, found, jobs)
+    assert {t: r["via"] for t, r in found.items()} == dict.fromkeys(DEFERRED, "execute_complete")
 
 
 PROBE = """

@@ -5,6 +5,8 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
 - `in_window`: the service accepted the job, its id is not saved yet (end of `submit_job`);
 - `after_persist`: the id is saved, polling has not begun;
 - `while_polling`: one status check into the wait, the job still running;
+- `before_defer` (deferrable mode): the id is saved, `defer()` not reached; the retry defers on
+  that job with the provider's own trigger and completes it from the task's state;
 - `foreign_id` (no fault): the task's state holds, before it starts, the id of another client's
   job (`services["foreign"][operator]`) with an intent of another token, as state copied from
   elsewhere would: `verify_job` must refuse it, and the task runs its own job.
@@ -12,7 +14,8 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
 The fault is a SIGKILL of the task process under a scheduler, an exception under `dags test`:
 TS_PROVIDER_FAULT = kill | raise | none. DAGs: `ts_providers_ours` (every operator at every
 point), `ts_providers_ours_kills` (the three kill points) and `ts_providers_ours_window` (every
-operator at `in_window`); with TS_PROVIDERS_UPSTREAM set, a fourth, `ts_providers_upstream`,
+operator at `in_window`), `ts_providers_ours_deferrable` (every operator at `before_defer`); with
+TS_PROVIDERS_UPSTREAM set, a fourth, `ts_providers_upstream`,
 runs the providers' own classes with the same faults. Where the services are: the run's conf,
 else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`, `ca`, `out`), applied
 to the task process's environment (connections, the fake's CA bundle) before the operator runs.
@@ -48,9 +51,9 @@ except ImportError:  # Airflow 2
     from airflow import DAG
 
 KILLS = ("in_window", "after_persist", "while_polling")
-POINTS = (*KILLS, "foreign_id")
+POINTS = (*KILLS, "before_defer", "foreign_id")
 OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
-ALL_TASKS = [f"{op}_{point}" for op in OPERATORS for point in POINTS]
+ALL_TASKS = [f"{op}_{point}" for op in OPERATORS for point in (*KILLS, "foreign_id")]
 FOREIGN_TOKEN = "ts-" + "f" * 40
 
 
@@ -73,6 +76,7 @@ def _services(context: Any) -> dict[str, str]:
     }
     os.environ["AIRFLOW_CONN_AIRBYTE_DEFAULT"] = json.dumps(airbyte)
     os.environ["REQUESTS_CA_BUNDLE"] = services["ca"]
+    os.environ["SSL_CERT_FILE"] = services["ca"]  # aiohttp (dbt Cloud's trigger) reads this one
     return services
 
 
@@ -127,6 +131,21 @@ class _Faulted:
             _fault(context)
         super().poll_until_complete(external_id, context)  # type: ignore[misc]
 
+    def defer_job(self, external_id: Any, context: Any) -> Any:
+        if self.fault_at == "before_defer":
+            _fault(context)
+        return super().defer_job(external_id, context)  # type: ignore[misc]
+
+    def execute_complete(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
+        services = _services(context)
+        self.name_logical_job(f"{context['ti'].run_id}|{context['ti'].task_id}")
+        result = super().execute_complete(context, event, **kwargs)  # type: ignore[misc]
+        store = context.get("task_state_store")
+        key = self.external_id_key  # type: ignore[attr-defined]
+        stored = None if store is None else store.get(key)
+        _report(services, context["ti"], stored, result, via="execute_complete")
+        return result
+
     def execute(self, context: Any, **kwargs: Any) -> Any:  # Airflow 2's sentinel
         services = _services(context)
         ti = context["ti"]
@@ -150,8 +169,11 @@ class _Faulted:
         return result
 
 
-def _report(services: dict[str, str], ti: Any, stored: Any, result: Any) -> None:
+def _report(
+    services: dict[str, str], ti: Any, stored: Any, result: Any, via: str = "execute"
+) -> None:
     report = {
+        "via": via,  # the method that returned the result
         "run_id": ti.run_id,
         "task_id": ti.task_id,
         "map_index": ti.map_index,
@@ -277,6 +299,10 @@ def _task(operator: str, point: str, classes: dict[str, Any]) -> Any:
 
 def _operator(cls: Any, operator: str, point: str) -> Any:
     common: dict[str, Any] = {"task_id": f"{operator}_{point}"}
+    if point == "before_defer":  # the provider's trigger, polling every second
+        common["deferrable"] = True
+        if operator == "batch":
+            common["poll_interval"] = 1
     if operator == "athena":
         return cls(
             **common, query="SELECT 1", database="analytics", output_location="s3://results/",
@@ -323,6 +349,7 @@ def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any]) -> None:
 _dag("ts_providers_ours", ALL_TASKS, OURS)
 _dag("ts_providers_ours_kills", [f"{op}_{p}" for op in OPERATORS for p in KILLS], OURS)
 _dag("ts_providers_ours_window", [f"{op}_in_window" for op in OPERATORS], OURS)
+_dag("ts_providers_ours_deferrable", [f"{op}_before_defer" for op in OPERATORS], OURS)
 if os.environ.get("TS_PROVIDERS_UPSTREAM"):  # the bench's baseline: the providers' own classes
     _dag(
         "ts_providers_upstream",
