@@ -29,7 +29,7 @@ TASK_TOKEN_LIFETIME = 7 * 86400
 
 def prepare_task_store(context: Any, store: StateStore) -> None:
     check_task_store(context, store.settings)
-    # Loaded only when the store is HTTP: other tasks import neither it nor httpx.
+    # Loaded only when the store is HTTP: other tasks do not import the HTTP client.
     http = sys.modules.get("taskstate.backends.http")
     if http is not None and isinstance(store.backend, http.HttpBackend):
         token = task_token(context)
