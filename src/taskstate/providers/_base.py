@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
@@ -92,6 +93,17 @@ class ProviderJob(ResumableJobMixin):
         """The provider's trigger polling `external_id`, built as the provider's own
         deferrable `execute` builds it."""
         raise NotImplementedError
+
+    def deadlines(self, timeout: float) -> dict[str, float | None]:
+        """A trigger's `end_time` (`timeout` seconds from now: how long it waits) and
+        `execution_deadline` (the task's `execution_timeout` from now), as the providers'
+        deferrable `execute` computes them."""
+        now = time.time()
+        limit = getattr(self, "execution_timeout", None)
+        return {
+            "end_time": now + timeout,
+            "execution_deadline": None if limit is None else now + limit.total_seconds(),
+        }
 
     def defer_job(self, external_id: Any, context: Any) -> Any:
         self.defer(  # type: ignore[attr-defined]

@@ -12,7 +12,6 @@ connection.
 from __future__ import annotations
 
 import datetime
-import time
 from typing import Any
 
 from airflow.providers.airbyte.hooks.airbyte import AirbyteHook
@@ -43,15 +42,12 @@ class AirbyteTriggerSyncOperator(ProviderJob, _Airbyte):  # type: ignore[misc]  
         from airflow.providers.airbyte.triggers.airbyte import AirbyteSyncTrigger
 
         self.job_id = external_id
-        now = time.time()
-        deadline = self.execution_timeout and now + self.execution_timeout.total_seconds()
         return build_trigger(
             AirbyteSyncTrigger,
             conn_id=self.airbyte_conn_id,
             job_id=external_id,
-            end_time=now + self.timeout,
-            execution_deadline=deadline,
             poll_interval=self.wait_seconds,
+            **self.deadlines(self.timeout),
         )
 
     def _hook(self) -> AirbyteHook:

@@ -46,10 +46,7 @@ class AthenaOperator(ProviderJob, _Athena):  # type: ignore[misc]  # the provide
             query_execution_id=external_id,
             waiter_delay=self.sleep_time,
             waiter_max_attempts=self.max_polling_attempts,
-            aws_conn_id=self.aws_conn_id,
-            region_name=self.region_name,
-            verify=self.verify,
-            botocore_config=self.botocore_config,
+            **_connection(self),
         )
 
     def submit_job(self, context: Any) -> Any:
@@ -137,11 +134,8 @@ class BatchOperator(ProviderJob, _Batch):  # type: ignore[misc]  # the provider 
             BatchJobTrigger,
             job_id=external_id,
             waiter_max_attempts=self.max_retries,
-            aws_conn_id=self.aws_conn_id,
-            region_name=self.region_name,
             waiter_delay=self.poll_interval,
-            verify=self.verify,
-            botocore_config=self.botocore_config,
+            **_connection(self),
         )
 
     def submit_job(self, context: Any) -> Any:
@@ -216,14 +210,11 @@ class EcsRunTaskOperator(ProviderJob, _Ecs):  # type: ignore[misc]  # the provid
             task_arn=external_id,
             waiter_delay=self.waiter_delay,
             waiter_max_attempts=self.waiter_max_attempts,
-            aws_conn_id=self.aws_conn_id,
-            region_name=self.region_name,
             region=self.region_name,  # the name in older releases
             log_region_name=resolve_region() if resolve_region else None,
             log_group=self.awslogs_group,
             log_stream=self._get_logs_stream_name(),
-            verify=self.verify,
-            botocore_config=self.botocore_config,
+            **_connection(self),
         )
 
     def submit_job(self, context: Any) -> Any:
@@ -320,6 +311,16 @@ class EcsRunTaskOperator(ProviderJob, _Ecs):  # type: ignore[misc]  # the provid
         event = {"status": "success", "task_arn": external_id, "cluster": self.cluster}
         result = _Ecs.execute_complete(self, context, event)
         return result if self.do_xcom_push else None
+
+
+def _connection(operator: Any) -> dict[str, Any]:
+    """How the provider's triggers reach AWS: the operator's connection settings."""
+    return {
+        "aws_conn_id": operator.aws_conn_id,
+        "region_name": operator.region_name,
+        "verify": operator.verify,
+        "botocore_config": operator.botocore_config,
+    }
 
 
 # Where the installed provider's class is durable already, it is used as it is.

@@ -9,7 +9,6 @@ not carry the token of the intent it was saved under.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from airflow.providers.dbt.cloud.hooks.dbt import DbtCloudJobRunException, DbtCloudJobRunStatus
@@ -36,14 +35,11 @@ class DbtCloudRunJobOperator(ProviderJob, _DbtCloud):  # type: ignore[misc]  # t
         from airflow.providers.dbt.cloud.triggers.dbt import DbtCloudRunJobTrigger
 
         self.run_id = external_id
-        now = time.time()
-        deadline = self.execution_timeout and now + self.execution_timeout.total_seconds()
         return build_trigger(
             DbtCloudRunJobTrigger,
             conn_id=self.dbt_cloud_conn_id,
             run_id=external_id,
-            end_time=now + self.timeout,
-            execution_deadline=deadline,
+            **self.deadlines(self.timeout),
             account_id=self.account_id,
             poll_interval=self.check_interval,
             hook_params=getattr(self, "hook_params", None),
