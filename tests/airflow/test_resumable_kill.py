@@ -14,6 +14,7 @@ two tasks, each try dying at the next point). The deployment code is bench/versu
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -62,6 +63,40 @@ class Live:
     out: Path
 
 
+@contextlib.contextmanager
+def kill_deployment(version: str, root: Path) -> Iterator[Live]:
+    """A started deployment of `version` with these DAGs, a triggerer and the job system, under
+    `root` (also bench/deferrable_scheduler.py's)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    from versus.envs import AirflowHome, Side
+    from versus.scheduler import Deployment
+
+    side = Side(f"mixin kill test {version}", version, taskstate=True)
+    side.prepare()
+    home = AirflowHome(side, root / "home", migrated=copy_migrated_db)
+    (home.root / "dags").joinpath("versus_dags.py").unlink()
+    for dag in DAGS if side.airflow_major == 2 else [*DAGS, WATCHER]:
+        shutil.copy(dag, home.root / "dags")
+    out = root / "out"
+    out.mkdir()
+    jobsystem = _jobsystem()
+    extra = {
+        "RESUMABLE_JOBSYSTEM": str(JOBSYSTEM),
+        "RESUMABLE_JOBS_DB": str(root / "jobs.db"),
+        # The triggerer imports a trigger by its classpath; Airflow 3 does not put the DAG
+        # folder on sys.path there, so the trigger's module must be importable by itself.
+        "PYTHONPATH": str(home.root / "dags"),
+    }
+    if version == "3.3":  # taskstate in charge on 3.3 (its own store otherwise)
+        extra["AIRFLOW__STATE_STORE__TASKSTATE_MODE"] = "taskstate"
+    with jobsystem.running_jobsystem(root / "jobs.db") as jobs:
+        deployment = Deployment(home, out, extra, triggerer=True)
+        if side.airflow_major == 2:  # Airflow 2 runs LocalExecutor on PostgreSQL/MySQL only
+            deployment.env["AIRFLOW__CORE__EXECUTOR"] = "SequentialExecutor"
+        with deployment:
+            yield Live(version, deployment, jobs, jobsystem, out)
+
+
 @pytest.fixture(scope="module", params=["2.10", "3.2", "3.3"])
 def live(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -69,35 +104,8 @@ def live(
     version = request.param
     if version not in SELECTED:
         pytest.skip(f"Airflow {version} not selected (TASKSTATE_AIRFLOW_VERSIONS)")
-    sys.path.insert(0, str(REPO / "bench"))
-    from versus.envs import AirflowHome, Side
-    from versus.scheduler import Deployment
-
-    tmp_path = tmp_path_factory.mktemp(f"kill-{version}")
-    side = Side(f"mixin kill test {version}", version, taskstate=True)
-    side.prepare()
-    home = AirflowHome(side, tmp_path / "home", migrated=copy_migrated_db)
-    (home.root / "dags").joinpath("versus_dags.py").unlink()
-    for dag in DAGS if side.airflow_major == 2 else [*DAGS, WATCHER]:
-        shutil.copy(dag, home.root / "dags")
-    out = tmp_path / "out"
-    out.mkdir()
-    jobsystem = _jobsystem()
-    extra = {
-        "RESUMABLE_JOBSYSTEM": str(JOBSYSTEM),
-        "RESUMABLE_JOBS_DB": str(tmp_path / "jobs.db"),
-        # The triggerer imports a trigger by its classpath; Airflow 3 does not put the DAG
-        # folder on sys.path there, so the trigger's module must be importable by itself.
-        "PYTHONPATH": str(home.root / "dags"),
-    }
-    if version == "3.3":  # taskstate in charge on 3.3 (its own store otherwise)
-        extra["AIRFLOW__STATE_STORE__TASKSTATE_MODE"] = "taskstate"
-    with jobsystem.running_jobsystem(tmp_path / "jobs.db") as jobs:
-        deployment = Deployment(home, out, extra, triggerer=True)
-        if side.airflow_major == 2:  # Airflow 2 runs LocalExecutor on PostgreSQL/MySQL only
-            deployment.env["AIRFLOW__CORE__EXECUTOR"] = "SequentialExecutor"
-        with deployment:
-            yield Live(version, deployment, jobs, jobsystem, out)
+    with kill_deployment(version, tmp_path_factory.mktemp(f"kill-{version}")) as started:
+        yield started
 
 
 @pytest.mark.parametrize("live", ["2.10", "3.3"], indirect=True)  # one Airflow 2, one 3
@@ -146,11 +154,11 @@ def test_deferrable_worker_and_triggerer_kills_leave_one_job_each(live: Live) ->
     released: list[str] = []
 
     def polls() -> list[int]:
-        path = out / "defer_then_trigger.polls"
+        path = out / f"{run_id}.defer_then_trigger.polls"
         return [int(n) for n in path.read_text().split()] if path.exists() else []
 
     def meanwhile() -> None:
-        if not killed and (out / "defer_then_trigger.kill-triggerer").exists():
+        if not killed and (out / f"{run_id}.defer_then_trigger.kill-triggerer").exists():
             killed.append(len(polls()))
             deployment.kill_triggerer()
         elif killed and not released and len(polls()) > killed[0]:
@@ -179,8 +187,8 @@ def test_deferrable_worker_and_triggerer_kills_leave_one_job_each(live: Live) ->
             "job_id": created[0][0],
             "output": live.jobsystem.expected_output(report["logical"]),
         }, task
-        decisions = (out / f"{task}.decisions").read_text().splitlines()
-        died = (out / f"{task}.kills").read_text().splitlines()
+        decisions = (out / f"{run_id}.{task}.decisions").read_text().splitlines()
+        died = (out / f"{run_id}.{task}.kills").read_text().splitlines()
         ours = {int(line.split()[0]) for line in died}
         extra = sum(t not in ours for (t,) in deployment.home.query(STATE_MISMATCH, task))
         assert decisions[: len(decided)] == decided, (task, decisions)
