@@ -182,9 +182,9 @@ def test_dags_test_deferrable_failed_before_defer_one_job_each(
 ) -> None:
     """Deferrable mode: try 1 saves the id and fails before defer(); try 2 defers on that job
     with the provider's own trigger (run by `dags test` in its process) and completes it from
-    the task's state: one job each, its result. The jobs run 40 s, so each is still running
-    when try 2 starts (dags test runs the tasks one by one) and the trigger waits for it."""
-    with services(tmp_path, job_seconds=40) as (endpoints, ledger):
+    the task's state: one job each, its result. The tasks run one after another and their jobs
+    20 s, so each job is still running when its try 2 defers and the trigger waits for it."""
+    with services(tmp_path, job_seconds=20) as (endpoints, ledger):
         env = {"TS_PROVIDER_FAULT": "raise", "TS_SERVICES": json.dumps(endpoints)}
         home_33.dags_test("ts_providers_ours_deferrable", env=env)
         found = reports(Path(endpoints["out"]))
