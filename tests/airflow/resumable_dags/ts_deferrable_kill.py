@@ -167,43 +167,34 @@ class DeferrableBatchOperator(BaseOperator, ResumableJobMixin):
         return result
 
 
-def _tasks(prefix: str = "", **plain: Any) -> None:
-    # Try 1 dies after the job system accepted the job (its id not saved); try 2 recovers it
-    # from the intent (the resubmission carries the token) and defers; its execute_complete
-    # dies with the result in hand; try 3 finds the job succeeded.
-    DeferrableBatchOperator(
-        task_id=f"{prefix}accept_then_complete",
-        kill_at={1: "after_accept", 2: "during_complete"},
-        **plain,
-    )
-    # Try 1 dies after saving the id, before defer(); try 2 reconnects to the held job and
-    # defers; the triggerer running its trigger is SIGKILLed and a new one takes it over.
-    DeferrableBatchOperator(
-        task_id=f"{prefix}defer_then_trigger",
-        kill_at={1: "before_defer"},
-        held=True,
-        ask_kill=not plain,
-        **plain,
-    )
+def _dag(dag_id: str, prefix: str = "", **plain: Any) -> None:
+    with DAG(
+        dag_id,
+        schedule=None,
+        start_date=datetime(2024, 1, 1),
+        catchup=False,
+        # Two tries die by design; one more for a try Airflow itself fails (the test counts
+        # those).
+        default_args={"retries": 3, "retry_delay": timedelta(seconds=0)},
+    ):
+        # Try 1 dies after the job system accepted the job (its id not saved); try 2 recovers
+        # it from the intent (the resubmission carries the token) and defers; its
+        # execute_complete dies with the result in hand; try 3 finds the job succeeded.
+        DeferrableBatchOperator(
+            task_id=f"{prefix}accept_then_complete",
+            kill_at={1: "after_accept", 2: "during_complete"},
+            **plain,
+        )
+        # Try 1 dies after saving the id, before defer(); try 2 reconnects to the held job and
+        # defers; the triggerer running its trigger is SIGKILLed and a new one takes it over.
+        DeferrableBatchOperator(
+            task_id=f"{prefix}defer_then_trigger",
+            kill_at={1: "before_defer"},
+            held=True,
+            ask_kill=not plain,
+            **plain,
+        )
 
 
-# Two tries die by design; one more for a try Airflow itself fails (the test counts those).
-DEFAULTS = {"retries": 3, "retry_delay": timedelta(seconds=0)}
-
-with DAG(
-    "ts_deferrable_kill",
-    schedule=None,
-    start_date=datetime(2024, 1, 1),
-    catchup=False,
-    default_args=DEFAULTS,
-):
-    _tasks()
-
-with DAG(
-    "ts_deferrable_kill_plain",
-    schedule=None,
-    start_date=datetime(2024, 1, 1),
-    catchup=False,
-    default_args=DEFAULTS,
-):
-    _tasks("plain_", durable=False)
+_dag("ts_deferrable_kill")
+_dag("ts_deferrable_kill_plain", "plain_", durable=False)
