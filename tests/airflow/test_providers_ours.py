@@ -9,7 +9,8 @@ kill point, and every operator starting with the id of another client's job in i
 a time) one run has ECS and Airbyte (2.10's older amazon and airbyte releases) killed inside the
 submit→persist window, the point only taskstate closes; under `airflow dags test` on 3.3 (tasks
 in the command's own process: the fault is an exception) every operator fails inside the window
-(the other points are the 3.2 run's). The DAG: tests/airflow/provider_dags/ts_providers_ours.py.
+(the other points are the 3.2 run's), and every operator in deferrable mode fails after saving
+the id, before `defer()`. The DAG: tests/airflow/provider_dags/ts_providers_ours.py.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ EVERY = [f"{op}_{point}" for op in OPERATORS for point in KILLS]
 FOREIGN = [f"{op}_foreign_id" for op in OPERATORS]
 WINDOW = [f"{op}_in_window" for op in OPERATORS]
 WINDOW_PAIR = ["ecs_in_window", "airbyte_in_window"]
+DEFERRED = [f"{op}_before_defer" for op in OPERATORS]
 
 
 def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:
@@ -80,13 +82,13 @@ def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def services(workdir: Path) -> Iterator[tuple[dict[str, str], Any]]:
+def services(workdir: Path, job_seconds: float = 4) -> Iterator[tuple[dict[str, str], Any]]:
     """Every service, and `ledger(run_id)`: task -> [job ids the services accepted for it]."""
     out = workdir / "out"
     out.mkdir(parents=True)
     with (
-        running_aws(workdir, job_seconds=4) as aws,
-        running_services(workdir, job_seconds=4) as fakes,
+        running_aws(workdir, job_seconds=job_seconds) as aws,
+        running_services(workdir, job_seconds=job_seconds) as fakes,
     ):
         endpoints = {
             "aws": aws.endpoint,
@@ -176,6 +178,22 @@ def test_dags_test_failed_in_the_window_one_job_per_logical_job(
         found = reports(Path(endpoints["out"]))
         jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
     check(WINDOW, found, jobs)
+
+
+def test_dags_test_deferrable_failed_before_defer_one_job_each(
+    home_33: AirflowHome, tmp_path: Path
+) -> None:
+    """Deferrable mode: try 1 saves the id and fails before defer(); try 2 defers on that job
+    with the provider's own trigger (run by `dags test` in its process) and completes it from
+    the task's state: one job each, its result. The tasks run one after another and their jobs
+    20 s, so each job is still running when its try 2 defers and the trigger waits for it."""
+    with services(tmp_path, job_seconds=20) as (endpoints, ledger):
+        env = {"TS_PROVIDER_FAULT": "raise", "TS_SERVICES": json.dumps(endpoints)}
+        home_33.dags_test("ts_providers_ours_deferrable", env=env)
+        found = reports(Path(endpoints["out"]))
+        jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
+    check(DEFERRED, found, jobs)
+    assert {t: r["via"] for t, r in found.items()} == dict.fromkeys(DEFERRED, "execute_complete")
 
 
 PROBE = """

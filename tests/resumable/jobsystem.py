@@ -145,6 +145,11 @@ class JobSystem:
         ).fetchall()
         return [Submission(lg, tok, int(j), bool(d)) for lg, tok, j, d in rows]
 
+    def release(self, logical: str) -> None:
+        """End the run of `logical`'s jobs now (a held job): the worker's next step finishes
+        them with their outcome."""
+        self._db.execute("UPDATE jobs SET run_for = 0 WHERE logical = ?", (logical,))
+
     def advance(self, now: float, pending_for: float) -> None:
         """One worker step: start jobs that waited long enough, finish those that ran."""
         db = self._db

@@ -31,7 +31,7 @@ def prepare_task_store(context: Any, store: StateStore) -> None:
     """Before a task's first store use: refuse the default SQLite file where the executor
     spreads tasks over machines (`check_task_store`), and give an HTTP store this try's token."""
     check_task_store(context, store.settings)
-    # Loaded only when the store is HTTP: other tasks import neither it nor httpx.
+    # Loaded only when the store is HTTP: other tasks do not import the HTTP client.
     http = sys.modules.get("taskstate.backends.http")
     if http is not None and isinstance(store.backend, http.HttpBackend):
         token = task_token(context)

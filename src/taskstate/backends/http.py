@@ -20,9 +20,10 @@ store-level operations that have a route:
 
 The transport, picked by measurement (`bench/http_transport.py`): the standard library's
 `http.client` with one keep-alive connection per thread (a forked child opens its own), for
-every synchronous call; httpx only for the async twins (an `AsyncClient` per event loop), and
-imported only by them. Both check the server's certificate against the system's trust store
-(`ssl.create_default_context()`), and both go through the proxy the environment names, as
+every call: the accessors' async twins make the same calls on taskstate's thread pool, which
+keeps a trigger's state calls off the triggerer's event loop (`bench/trigger_loop_lag.py`). It
+checks the server's certificate against the system's trust store
+(`ssl.create_default_context()`), and goes through the proxy the environment names, as
 requests and httpx read it (`environment_proxy`: `HTTPS_PROXY` / `HTTP_PROXY` / `ALL_PROXY`,
 unless `NO_PROXY` covers the host): an `https://` store through a CONNECT tunnel (TLS end to
 end, the server's certificate checked), an `http://` one by asking the proxy for the absolute
@@ -34,7 +35,6 @@ token is the credential.
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import http.client
@@ -50,7 +50,7 @@ import time
 import weakref
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn, Protocol
+from typing import Any, NamedTuple, NoReturn, Protocol
 from urllib.parse import quote, unquote, urlencode, urlsplit
 from urllib.request import getproxies_environment
 
@@ -67,14 +67,11 @@ from taskstate.scope import ASSET_KIND, META_KIND, SEP, TASK_KIND, TaskScope, pa
 from taskstate.settings import credential
 from taskstate.values import encode_value
 
-if TYPE_CHECKING:
-    import httpx
-
 TRANSIENT = frozenset({408, 429, 502, 503, 504})
 
 
 class Request:
-    """One request, prepared once and sendable by the sync and the async client alike."""
+    """One request, prepared once (and sent again as it is by the retry rule)."""
 
     __slots__ = ("body", "headers", "idempotent", "method", "params", "path", "retry")
 
@@ -109,7 +106,7 @@ def json_body(fields: Mapping[str, Any], value_text: str | None = None) -> bytes
 
 
 class Headers(Protocol):
-    """A response's headers, looked up case-insensitively (http.client's and httpx's are)."""
+    """A response's headers, looked up case-insensitively (http.client's are)."""
 
     def get(self, name: str, default: Any = None) -> Any: ...
 
@@ -117,7 +114,7 @@ class Headers(Protocol):
 
 
 class Response:
-    """An answer, read whole: the same shape from the sync and the async transport."""
+    """An answer, read whole."""
 
     __slots__ = ("content", "headers", "status_code")
 
@@ -149,7 +146,6 @@ class Proxy(NamedTuple):
 
     hostport: str
     authorization: str | None  # the Proxy-Authorization header, from the proxy URL's user info
-    url: str  # as given (httpx takes it so), credentials included
     shown: str  # for messages: its password hidden
 
 
@@ -178,7 +174,7 @@ def environment_proxy(scheme: str, hostport: str) -> Proxy | None:
         authorization = "Basic " + base64.b64encode(user_pass.encode()).decode("ascii")
     port = parts.port or 80
     host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
-    return Proxy(f"{host}:{port}", authorization, url, shown)
+    return Proxy(f"{host}:{port}", authorization, shown)
 
 
 def no_proxy_covers(no_proxy: str, hostport: str) -> bool:
@@ -240,9 +236,8 @@ os.register_at_fork(after_in_child=_fresh_lock)
 
 
 class HttpClient:
-    """Keep-alive connections to one taskstate API — one per thread for synchronous calls, an
-    httpx `AsyncClient` per event loop for the async twins — and the checks every answer goes
-    through."""
+    """Keep-alive connections to one taskstate API, one per thread (the async twins run the
+    same calls on taskstate's thread pool), and the checks every answer goes through."""
 
     def __init__(
         self,
@@ -284,7 +279,6 @@ class HttpClient:
         self.label = hostport if self.proxy is None else f"{hostport} via {self.proxy.shown}"
         self._local = _ThreadConnection()
         self._open: weakref.WeakSet[http.client.HTTPConnection] = weakref.WeakSet()
-        self._async: tuple[asyncio.AbstractEventLoop, httpx.AsyncClient] | None = None
 
     def _headers(self, request: Request) -> dict[str, str]:
         sent = {"Accept": wire.JSON_TYPE}
@@ -395,53 +389,6 @@ class HttpClient:
             if wait is None:
                 return self.check(request, response)
             time.sleep(wait)
-
-    # -- async: httpx, one client per event loop -------------------------------------------
-
-    def _aclient(self) -> httpx.AsyncClient:
-        """One keep-alive async client per event loop (a client is bound to its loop)."""
-        import httpx
-
-        loop = asyncio.get_running_loop()
-        if self._async is None or self._async[0] is not loop:
-            timeout = httpx.Timeout(self._timeout, connect=self._connect_timeout)
-            client = httpx.AsyncClient(
-                timeout=timeout,
-                verify=self._tls_context(),
-                proxy=None if self.proxy is None else self.proxy.url,  # the same as the sync one
-                trust_env=False,
-            )
-            self._async = (loop, client)
-        return self._async[1]
-
-    async def _aexchange(self, request: Request) -> Response:
-        import httpx
-
-        try:
-            answer = await self._aclient().request(
-                request.method,
-                self._origin + self._target(request),
-                content=request.body,
-                headers=self._headers(request),
-            )
-        except httpx.TransportError as exc:
-            unsent = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-            raise NoAnswer(exc, sent=not isinstance(exc, unsent)) from exc
-        return Response(answer.status_code, answer.headers, answer.content)
-
-    async def asend(self, request: Request) -> Response:
-        """`send` for async code, on the event loop's own connections."""
-        retry = Retry(self.label, self.retry_window if request.retry else 0.0)
-        while True:
-            try:
-                response = await self._aexchange(request)
-            except NoAnswer as failure:
-                await asyncio.sleep(retry.after(failure, request.idempotent))
-                continue
-            wait = retry.after_status(response, request.idempotent)
-            if wait is None:
-                return self.check(request, response)
-            await asyncio.sleep(wait)
 
     # -- answers -------------------------------------------------------------------------
 
@@ -604,7 +551,6 @@ class HttpBackend(StateBackend):
         instance in a triggerer, without a connection pool each."""
         http = copy.copy(self.http)  # shares the per-thread connections (`_local`)
         http.token = token
-        http._aclient = self.http._aclient  # type: ignore[method-assign]  # one async client
         http.close = lambda: None  # type: ignore[method-assign]  # the connections are ours
         view = copy.copy(self)
         view.http = http

@@ -1,4 +1,4 @@
-"""Crash-safe `AirbyteTriggerSyncOperator` (blocking mode: not asynchronous, not deferrable).
+"""Crash-safe `AirbyteTriggerSyncOperator` (not asynchronous; blocking or deferrable).
 
 A subclass of apache-airflow-providers-airbyte's operator, same arguments and result (the job
 id); change the import. Airbyte takes no idempotency token and a job carries nothing of ours:
@@ -17,7 +17,7 @@ from typing import Any
 from airflow.providers.airbyte.hooks.airbyte import AirbyteHook
 from airflow.providers.airbyte.operators.airbyte import AirbyteTriggerSyncOperator as _Airbyte
 
-from taskstate.providers._base import ProviderJob, step_aside
+from taskstate.providers._base import ProviderJob, build_trigger, step_aside
 
 __all__ = ["AirbyteTriggerSyncOperator"]
 
@@ -28,12 +28,27 @@ JOBS_SEARCHED = 20
 
 
 class AirbyteTriggerSyncOperator(ProviderJob, _Airbyte):  # type: ignore[misc]  # the provider is untyped here
-    """`AirbyteTriggerSyncOperator`, crash-safe in blocking mode. Returns the job id."""
+    """`AirbyteTriggerSyncOperator`, crash-safe in blocking and deferrable mode. Returns the
+    job id."""
 
     external_id_key = "airbyte_job_id"  # upstream's key on Airflow 3.3's mixin
 
-    def blocking(self) -> bool:
-        return not self.asynchronous and not self.deferrable
+    def waits(self) -> bool:
+        return not self.asynchronous
+
+    def job_trigger(self, external_id: Any, context: Any) -> Any:
+        """The provider's trigger, polling every `wait_seconds` (the provider's own deferrable
+        path polls once a minute, whatever the task says)."""
+        from airflow.providers.airbyte.triggers.airbyte import AirbyteSyncTrigger
+
+        self.job_id = external_id
+        return build_trigger(
+            AirbyteSyncTrigger,
+            conn_id=self.airbyte_conn_id,
+            job_id=external_id,
+            poll_interval=self.wait_seconds,
+            **self.deadlines(self.timeout),
+        )
 
     def _hook(self) -> AirbyteHook:
         return AirbyteHook(airbyte_conn_id=self.airbyte_conn_id, api_version=self.api_version)

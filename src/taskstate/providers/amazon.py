@@ -1,4 +1,5 @@
-"""Crash-safe `BatchOperator`, `EcsRunTaskOperator` and `AthenaOperator` (blocking mode).
+"""Crash-safe `BatchOperator`, `EcsRunTaskOperator` and `AthenaOperator` (blocking and
+deferrable mode).
 
 Subclasses of apache-airflow-providers-amazon's operators, same arguments and results; change
 the import. How each closes the submit→persist window (docs/providers.md):
@@ -22,7 +23,7 @@ from airflow.providers.amazon.aws.operators.athena import AthenaOperator as _Ath
 from airflow.providers.amazon.aws.operators.batch import BatchOperator as _Batch
 from airflow.providers.amazon.aws.operators.ecs import EcsRunTaskOperator as _Ecs
 
-from taskstate.providers._base import ProviderJob, step_aside
+from taskstate.providers._base import ProviderJob, build_trigger, step_aside
 
 TOKEN_TAG = "taskstate-token"
 """The Batch job tag that carries the idempotency token."""
@@ -31,9 +32,22 @@ __all__ = ["AthenaOperator", "BatchOperator", "EcsRunTaskOperator"]
 
 
 class AthenaOperator(ProviderJob, _Athena):  # type: ignore[misc]  # the provider is untyped here
-    """`AthenaOperator`, crash-safe in blocking mode. Returns the query execution id."""
+    """`AthenaOperator`, crash-safe in blocking and deferrable mode. Returns the query
+    execution id."""
 
     external_id_key = "athena_query_execution_id"  # upstream's key on Airflow 3.3's mixin
+
+    def job_trigger(self, external_id: Any, context: Any) -> Any:
+        from airflow.providers.amazon.aws.triggers.athena import AthenaTrigger
+
+        self.query_execution_id = external_id
+        return build_trigger(
+            AthenaTrigger,
+            query_execution_id=external_id,
+            waiter_delay=self.sleep_time,
+            waiter_max_attempts=self.max_polling_attempts,
+            **_connection(self),
+        )
 
     def submit_job(self, context: Any) -> Any:
         if self.database:
@@ -104,13 +118,25 @@ class AthenaOperator(ProviderJob, _Athena):  # type: ignore[misc]  # the provide
 
 
 class BatchOperator(ProviderJob, _Batch):  # type: ignore[misc]  # the provider is untyped here
-    """`BatchOperator`, crash-safe in blocking mode (waiting for completion, not deferrable).
-    Returns the job id."""
+    """`BatchOperator`, crash-safe in blocking and deferrable mode (when waiting for
+    completion). Returns the job id."""
 
     external_id_key = "batch_job_id"
 
-    def blocking(self) -> bool:
-        return bool(self.wait_for_completion) and not self.deferrable
+    def waits(self) -> bool:
+        return bool(self.wait_for_completion) or bool(self.deferrable)
+
+    def job_trigger(self, external_id: Any, context: Any) -> Any:
+        from airflow.providers.amazon.aws.triggers.batch import BatchJobTrigger
+
+        self.job_id = external_id
+        return build_trigger(
+            BatchJobTrigger,
+            job_id=external_id,
+            waiter_max_attempts=self.max_retries,
+            waiter_delay=self.poll_interval,
+            **_connection(self),
+        )
 
     def submit_job(self, context: Any) -> Any:
         token = self.idempotency_token(context)
@@ -164,14 +190,32 @@ class BatchOperator(ProviderJob, _Batch):  # type: ignore[misc]  # the provider 
 
 
 class EcsRunTaskOperator(ProviderJob, _Ecs):  # type: ignore[misc]  # the provider is untyped here
-    """`EcsRunTaskOperator`, crash-safe in blocking mode (waiting for completion, not
-    deferrable). Returns what the provider returns: the task's last log line when it fetches
+    """`EcsRunTaskOperator`, crash-safe in blocking and deferrable mode (when waiting for
+    completion). Returns what the provider returns: the task's last log line when it fetches
     logs and pushes XComs, else None. `reattach` is not needed (the token does its job)."""
 
     external_id_key = "ecs_task_arn"
 
-    def blocking(self) -> bool:
-        return bool(self.wait_for_completion) and not self.deferrable
+    def waits(self) -> bool:
+        return bool(self.wait_for_completion) or bool(self.deferrable)
+
+    def job_trigger(self, external_id: Any, context: Any) -> Any:
+        from airflow.providers.amazon.aws.triggers.ecs import TaskDoneTrigger
+
+        self.arn = external_id
+        resolve_region = getattr(self, "resolve_awslogs_region", None)  # newer releases
+        return build_trigger(
+            TaskDoneTrigger,
+            cluster=self.cluster,
+            task_arn=external_id,
+            waiter_delay=self.waiter_delay,
+            waiter_max_attempts=self.waiter_max_attempts,
+            region=self.region_name,  # the name in older releases
+            log_region_name=resolve_region() if resolve_region else None,
+            log_group=self.awslogs_group,
+            log_stream=self._get_logs_stream_name(),
+            **_connection(self),
+        )
 
     def submit_job(self, context: Any) -> Any:
         token = self.idempotency_token(context)
@@ -265,8 +309,18 @@ class EcsRunTaskOperator(ProviderJob, _Ecs):  # type: ignore[misc]  # the provid
         # A job that finished before this try (or without a log fetcher): the provider's
         # completion path checks success and reads the last log line from CloudWatch.
         event = {"status": "success", "task_arn": external_id, "cluster": self.cluster}
-        result = self.execute_complete(context, event)
+        result = _Ecs.execute_complete(self, context, event)
         return result if self.do_xcom_push else None
+
+
+def _connection(operator: Any) -> dict[str, Any]:
+    """How the provider's triggers reach AWS: the operator's connection settings."""
+    return {
+        "aws_conn_id": operator.aws_conn_id,
+        "region_name": operator.region_name,
+        "verify": operator.verify,
+        "botocore_config": operator.botocore_config,
+    }
 
 
 # Where the installed provider's class is durable already, it is used as it is.

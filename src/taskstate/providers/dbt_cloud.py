@@ -1,4 +1,4 @@
-"""Crash-safe `DbtCloudRunJobOperator` (blocking mode: `wait_for_termination`, not deferrable).
+"""Crash-safe `DbtCloudRunJobOperator` (waiting for termination, blocking or deferrable).
 
 A subclass of apache-airflow-providers-dbt-cloud's operator, same arguments and result (the run
 id); change the import. dbt Cloud takes no idempotency token, so the run's `cause` carries it
@@ -14,7 +14,7 @@ from typing import Any
 from airflow.providers.dbt.cloud.hooks.dbt import DbtCloudJobRunException, DbtCloudJobRunStatus
 from airflow.providers.dbt.cloud.operators.dbt import DbtCloudRunJobOperator as _DbtCloud
 
-from taskstate.providers._base import ProviderJob, step_aside
+from taskstate.providers._base import ProviderJob, build_trigger, step_aside
 
 CAUSE_MAX_LENGTH = 255  # dbt Cloud's limit on a run's cause
 RUNS_SEARCHED = 100  # find_job reads the job's newest runs, one page
@@ -23,12 +23,27 @@ __all__ = ["DbtCloudRunJobOperator"]
 
 
 class DbtCloudRunJobOperator(ProviderJob, _DbtCloud):  # type: ignore[misc]  # the provider is untyped here
-    """`DbtCloudRunJobOperator`, crash-safe in blocking mode. Returns the run id."""
+    """`DbtCloudRunJobOperator`, crash-safe in blocking and deferrable mode. Returns the run
+    id."""
 
     external_id_key = "dbt_cloud_run_id"
 
-    def blocking(self) -> bool:
-        return bool(self.wait_for_termination) and not self.deferrable
+    def waits(self) -> bool:
+        return bool(self.wait_for_termination)
+
+    def job_trigger(self, external_id: Any, context: Any) -> Any:
+        from airflow.providers.dbt.cloud.triggers.dbt import DbtCloudRunJobTrigger
+
+        self.run_id = external_id
+        return build_trigger(
+            DbtCloudRunJobTrigger,
+            conn_id=self.dbt_cloud_conn_id,
+            run_id=external_id,
+            **self.deadlines(self.timeout),
+            account_id=self.account_id,
+            poll_interval=self.check_interval,
+            hook_params=getattr(self, "hook_params", None),
+        )
 
     def _job(self) -> int:
         job_id: Any = getattr(self, "job_id", None)

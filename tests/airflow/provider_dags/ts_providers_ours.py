@@ -5,6 +5,8 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
 - `in_window`: the service accepted the job, its id is not saved yet (end of `submit_job`);
 - `after_persist`: the id is saved, polling has not begun;
 - `while_polling`: one status check into the wait, the job still running;
+- `before_defer` (deferrable mode): the id is saved, `defer()` not reached; the retry defers on
+  that job with the provider's own trigger and completes it from the task's state;
 - `foreign_id` (no fault): the task's state holds, before it starts, the id of another client's
   job (`services["foreign"][operator]`) with an intent of another token, as state copied from
   elsewhere would: `verify_job` must refuse it, and the task runs its own job.
@@ -12,8 +14,9 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
 The fault is a SIGKILL of the task process under a scheduler, an exception under `dags test`:
 TS_PROVIDER_FAULT = kill | raise | none. DAGs: `ts_providers_ours` (every operator at every
 point), `ts_providers_ours_kills` (the three kill points), `ts_providers_ours_window` (every
-operator at `in_window`) and `ts_providers_ours_window_pair` (ECS and Airbyte at `in_window`);
-with TS_PROVIDERS_UPSTREAM set, another, `ts_providers_upstream`,
+operator at `in_window`), `ts_providers_ours_window_pair` (ECS and Airbyte at `in_window`) and
+`ts_providers_ours_deferrable` (every operator at `before_defer`); with TS_PROVIDERS_UPSTREAM
+set, another, `ts_providers_upstream`,
 runs the providers' own classes with the same faults. Where the services are: the run's conf,
 else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`, `ca`, `out`), applied
 to the task process's environment (connections, the fake's CA bundle) before the operator runs.
@@ -49,9 +52,9 @@ except ImportError:  # Airflow 2
     from airflow import DAG
 
 KILLS = ("in_window", "after_persist", "while_polling")
-POINTS = (*KILLS, "foreign_id")
+POINTS = (*KILLS, "before_defer", "foreign_id")
 OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
-ALL_TASKS = [f"{op}_{point}" for op in OPERATORS for point in POINTS]
+ALL_TASKS = [f"{op}_{point}" for op in OPERATORS for point in (*KILLS, "foreign_id")]
 FOREIGN_TOKEN = "ts-" + "f" * 40
 
 
@@ -74,6 +77,7 @@ def _services(context: Any) -> dict[str, str]:
     }
     os.environ["AIRFLOW_CONN_AIRBYTE_DEFAULT"] = json.dumps(airbyte)
     os.environ["REQUESTS_CA_BUNDLE"] = services["ca"]
+    os.environ["SSL_CERT_FILE"] = services["ca"]  # aiohttp (dbt Cloud's trigger) reads this one
     return services
 
 
@@ -128,6 +132,21 @@ class _Faulted:
             _fault(context)
         super().poll_until_complete(external_id, context)  # type: ignore[misc]
 
+    def defer_job(self, external_id: Any, context: Any) -> Any:
+        if self.fault_at == "before_defer":
+            _fault(context)
+        return super().defer_job(external_id, context)  # type: ignore[misc]
+
+    def execute_complete(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
+        services = _services(context)
+        self.name_logical_job(f"{context['ti'].run_id}|{context['ti'].task_id}")
+        result = super().execute_complete(context, event, **kwargs)  # type: ignore[misc]
+        store = context.get("task_state_store")
+        key = self.external_id_key  # type: ignore[attr-defined]
+        stored = None if store is None else store.get(key)
+        _report(services, context["ti"], stored, result, via="execute_complete")
+        return result
+
     def execute(self, context: Any, **kwargs: Any) -> Any:  # Airflow 2's sentinel
         services = _services(context)
         ti = context["ti"]
@@ -151,8 +170,11 @@ class _Faulted:
         return result
 
 
-def _report(services: dict[str, str], ti: Any, stored: Any, result: Any) -> None:
+def _report(
+    services: dict[str, str], ti: Any, stored: Any, result: Any, via: str = "execute"
+) -> None:
     report = {
+        "via": via,  # the method that returned the result
         "run_id": ti.run_id,
         "task_id": ti.task_id,
         "map_index": ti.map_index,
@@ -278,6 +300,10 @@ def _task(operator: str, point: str, classes: dict[str, Any]) -> Any:
 
 def _operator(cls: Any, operator: str, point: str) -> Any:
     common: dict[str, Any] = {"task_id": f"{operator}_{point}"}
+    if point == "before_defer":  # the provider's trigger, polling every second
+        common["deferrable"] = True
+        if operator == "batch":
+            common["poll_interval"] = 1
     if operator == "athena":
         return cls(
             **common, query="SELECT 1", database="analytics", output_location="s3://results/",
@@ -307,7 +333,7 @@ OURS = {
 }
 
 
-def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any]) -> None:
+def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any], chained: bool = False) -> None:
     with DAG(
         dag_id,
         schedule=None,
@@ -315,9 +341,13 @@ def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any]) -> None:
         catchup=False,
         default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
     ):
+        previous = None
         for name in tasks:
             point = next(p for p in POINTS if name.endswith("_" + p))
-            _task(name[: -len(point) - 1], point, classes)
+            task = _task(name[: -len(point) - 1], point, classes)
+            if chained and previous is not None:
+                previous >> task  # one at a time: each try 2 follows its own try 1 at once
+            previous = task
 
 
 # Every operator at every point; and the window alone (the smaller run for a sequential executor).
@@ -327,6 +357,9 @@ _dag("ts_providers_ours_window", [f"{op}_in_window" for op in OPERATORS], OURS)
 # Two operators inside the window, one of each of Airflow 2.10's older provider releases that
 # differ most (amazon 9.17.0's ECS, airbyte 5.2.5): a sequential executor runs one try at a time.
 _dag("ts_providers_ours_window_pair", ["ecs_in_window", "airbyte_in_window"], OURS)
+# `dags test` runs a trigger inline, to its end, before any other task: one operator at a time,
+# so each job is still running when its own try 2 defers on it.
+_dag("ts_providers_ours_deferrable", [f"{op}_before_defer" for op in OPERATORS], OURS, True)
 if os.environ.get("TS_PROVIDERS_UPSTREAM"):  # the bench's baseline: the providers' own classes
     _dag(
         "ts_providers_upstream",

@@ -1,11 +1,17 @@
-"""Deferrable resumable jobs under a real scheduler and triggerer, one kill point per task.
+"""Deferrable resumable jobs under a real scheduler and triggerer: every kill point, two tasks.
 
 `DeferrableBatchOperator` (taskstate's mixin, `execute_deferrable`) submits to the tests' real
 job system (tests/resumable/jobsystem.py, path in RESUMABLE_JOBSYSTEM, table in
 RESUMABLE_JOBS_DB) and defers to `JobTrigger`, which polls it from the triggerer and keeps its
-poll count in the task's state (`TriggerStateMixin`). On try 1 each task SIGKILLs its own
-worker at its point; the `during_trigger` task instead asks the test to SIGKILL the triggerer
-(a marker file in $VERSUS_OUT) while its trigger polls. Each completed task writes a report.
+poll count in the task's state (`TriggerStateMixin`). Each task SIGKILLs its own worker at the
+point `kill_at` names for a try (writing `<run_id>.<task>.kills` first); `ask_kill` makes its
+trigger ask the test to SIGKILL the triggerer (a marker file in $VERSUS_OUT) once it has polled
+three times.
+A `held` job runs until the test releases it (`JobSystem.release`), so it is still running at
+the reconnect and while the triggerer is replaced, however slow the machine. Kill points share
+a task where one's retry is the other's starting point: seven task processes instead of eleven.
+Each completed task writes a report. `ts_deferrable_kill_plain` is the same operator and kill
+points with `durable=False` (bench/deferrable_scheduler.py's baseline; no triggerer kill).
 """
 
 from __future__ import annotations
@@ -42,18 +48,18 @@ def _jobs() -> Any:
 
 class JobTrigger(TriggerStateMixin, BaseTrigger):
     """Polls one job; counts its polls in the task's state, so a re-created trigger goes on
-    counting where the dead one stopped (each poll is also logged to a file)."""
+    counting where the dead one stopped (each poll is also logged to `<name>.polls`)."""
 
-    def __init__(self, job_id: Any, task_id: str, ask_kill: bool = False) -> None:
+    def __init__(self, job_id: Any, name: str, ask_kill: bool = False) -> None:
         super().__init__()
         self.job_id = job_id
-        self.task_id = task_id
+        self.name = name  # <run_id>.<task_id>: the files of this task instance
         self.ask_kill = ask_kill
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
             "ts_deferrable_kill.JobTrigger",
-            {"job_id": self.job_id, "task_id": self.task_id, "ask_kill": self.ask_kill},
+            {"job_id": self.job_id, "name": self.name, "ask_kill": self.ask_kill},
         )
 
     async def run(self) -> Any:
@@ -62,13 +68,13 @@ class JobTrigger(TriggerStateMixin, BaseTrigger):
         while True:
             status = await asyncio.to_thread(lambda: str(_jobs().status(self.job_id)))
             polls += 1
-            with (OUT / f"{self.task_id}.polls").open("a") as log:
+            with (OUT / f"{self.name}.polls").open("a") as log:
                 log.write(f"{polls}\n")
             await state.aset("polls", polls)
             if status not in ("PENDING", "RUNNING"):
                 yield TriggerEvent({"external_id": self.job_id, "status": status})
                 return
-            marker = OUT / f"{self.task_id}.kill-triggerer"
+            marker = OUT / f"{self.name}.kill-triggerer"
             if self.ask_kill and polls >= 3 and not marker.exists():
                 marker.write_text(str(os.getpid()))  # the test kills this triggerer now
             await asyncio.sleep(0.5)
@@ -77,10 +83,13 @@ class JobTrigger(TriggerStateMixin, BaseTrigger):
 class DeferrableBatchOperator(BaseOperator, ResumableJobMixin):
     external_id_key = "batch_job_id"
 
-    def __init__(self, *, kill_at: str, run_for: float = 2.0, **kwargs: Any) -> None:
+    def __init__(
+        self, *, kill_at: dict[int, str], held: bool = False, ask_kill: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        self.kill_at = kill_at
-        self.run_for = run_for
+        self.kill_at = kill_at  # try number -> the point where that try dies
+        self.held = held
+        self.ask_kill = ask_kill
 
     def execute(self, context: Any) -> Any:
         self._state(context)
@@ -96,8 +105,11 @@ class DeferrableBatchOperator(BaseOperator, ResumableJobMixin):
         if context.get("task_state_store") is None:
             raise RuntimeError("no task_state_store in the context: taskstate is not in charge")
 
+    def _name(self, context: Any) -> str:
+        return f"{context['ti'].run_id}.{context['ti'].task_id}"
+
     def _note(self, context: Any, what: str, value: Any) -> None:
-        with (OUT / f"{context['ti'].task_id}.{what}").open("a") as log:
+        with (OUT / f"{self._name(context)}.{what}").open("a") as log:
             log.write(f"{int(context['ti'].try_number)} {value}\n")
 
     def _report(self, context: Any, result: Any) -> Any:
@@ -117,8 +129,9 @@ class DeferrableBatchOperator(BaseOperator, ResumableJobMixin):
     def _logical(self, context: Any) -> str:
         return f"{context['ti'].run_id}/{context['ti'].task_id}"
 
-    def _die_on_first_try(self, context: Any, point: str) -> None:
-        if self.kill_at == point and int(context["ti"].try_number) == 1:
+    def _die(self, context: Any, point: str) -> None:
+        if self.kill_at.get(int(context["ti"].try_number)) == point:
+            self._note(context, "kills", point)
             os.kill(os.getpid(), signal.SIGKILL)
 
     def submit_job(self, context: Any) -> Any:
@@ -126,15 +139,14 @@ class DeferrableBatchOperator(BaseOperator, ResumableJobMixin):
             self._logical(context),
             token=self.idempotency_token(context),
             dedupe=True,
-            run_for=self.run_for,
+            run_for=3600.0 if self.held else 2.0,
         )
-        self._die_on_first_try(context, "after_accept")  # accepted; its id not saved yet
+        self._die(context, "after_accept")  # accepted; its id not saved yet
         return job_id
 
     def defer_job(self, external_id: Any, context: Any) -> Any:
-        self._die_on_first_try(context, "before_defer")  # the id is saved, not handed over
-        ti = context["ti"]
-        trigger = JobTrigger(external_id, ti.task_id, ask_kill=self.kill_at == "during_trigger")
+        self._die(context, "before_defer")  # the id is saved, not handed over
+        trigger = JobTrigger(external_id, self._name(context), ask_kill=self.ask_kill)
         self.defer(trigger=trigger, method_name="execute_complete")
 
     def get_job_status(self, external_id: Any, context: Any) -> str:
@@ -151,19 +163,38 @@ class DeferrableBatchOperator(BaseOperator, ResumableJobMixin):
 
     def get_job_result(self, external_id: Any, context: Any) -> Any:
         result = _jobs().result(external_id)
-        self._die_on_first_try(context, "during_complete")  # the result in hand, not returned
+        self._die(context, "during_complete")  # the result in hand, not returned
         return result
 
 
-with DAG(
-    "ts_deferrable_kill",
-    schedule=None,
-    start_date=datetime(2024, 1, 1),
-    catchup=False,
-    default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
-):
-    DeferrableBatchOperator(task_id="after_accept", kill_at="after_accept")
-    DeferrableBatchOperator(task_id="before_defer", kill_at="before_defer", run_for=6.0)
-    DeferrableBatchOperator(task_id="during_complete", kill_at="during_complete")
-    # Long enough for three polls, the kill, and a new triggerer taking the trigger over.
-    DeferrableBatchOperator(task_id="during_trigger", kill_at="during_trigger", run_for=20.0)
+def _dag(dag_id: str, prefix: str = "", **plain: Any) -> None:
+    with DAG(
+        dag_id,
+        schedule=None,
+        start_date=datetime(2024, 1, 1),
+        catchup=False,
+        # Two tries die by design; one more for a try Airflow itself fails (the test counts
+        # those).
+        default_args={"retries": 3, "retry_delay": timedelta(seconds=0)},
+    ):
+        # Try 1 dies after the job system accepted the job (its id not saved); try 2 recovers
+        # it from the intent (the resubmission carries the token) and defers; its
+        # execute_complete dies with the result in hand; try 3 finds the job succeeded.
+        DeferrableBatchOperator(
+            task_id=f"{prefix}accept_then_complete",
+            kill_at={1: "after_accept", 2: "during_complete"},
+            **plain,
+        )
+        # Try 1 dies after saving the id, before defer(); try 2 reconnects to the held job and
+        # defers; the triggerer running its trigger is SIGKILLed and a new one takes it over.
+        DeferrableBatchOperator(
+            task_id=f"{prefix}defer_then_trigger",
+            kill_at={1: "before_defer"},
+            held=True,
+            ask_kill=not plain,
+            **plain,
+        )
+
+
+_dag("ts_deferrable_kill")
+_dag("ts_deferrable_kill_plain", "plain_", durable=False)

@@ -327,15 +327,17 @@ _PROVIDERS: dict[str, tuple[str, str]] = {
         "airbyte",
     ),
 }
-# Settings that take a task out of what TS410 is about: not waiting in the task (nothing for a
+# Settings that take a task out of what TS410 is about: not waiting for the job (nothing for a
 # retry to reconnect to), or ECS's own `reattach` (a retry finds the task still running).
+# `deferrable` waits too (taskstate.providers covers it); Batch and ECS wait when deferrable
+# whatever `wait_for_completion` says.
 _EXEMPT = {
-    "deferrable": is_true,
     "asynchronous": is_true,
     "wait_for_completion": is_false,
     "wait_for_termination": is_false,
     "reattach": is_true,
 }
+_SETTINGS = (*_EXEMPT, "deferrable")
 
 
 def _not_durable_providers(src: Source, ctx: Context) -> Iterator[Finding]:
@@ -344,8 +346,11 @@ def _not_durable_providers(src: Source, ctx: Context) -> Iterator[Finding]:
         qual = src.qualname(call.func)
         if qual not in _PROVIDERS:
             continue
-        settings = {kw.arg: kw.value for kw in call.keywords if kw.arg in _EXEMPT}
+        settings = {kw.arg: kw.value for kw in call.keywords if kw.arg in _SETTINGS}
         settings.update(later.get(id(call), {}))
+        deferring = "deferrable" in settings and is_true(settings.pop("deferrable"))
+        if deferring:
+            settings.pop("wait_for_completion", None)
         if any(_EXEMPT[name](value) for name, value in settings.items()):
             continue
         module, name = _PROVIDERS[qual]
@@ -373,7 +378,7 @@ def _not_durable_providers(src: Source, ctx: Context) -> Iterator[Finding]:
 
 def _set_after_construction(tree: ast.Module) -> dict[int, dict[str, ast.expr]]:
     """`task = Operator(...)` then `task.wait_for_completion = False`: id(call) -> {attr: value}
-    for the `_EXEMPT` attributes set on the variable later in the same body."""
+    for the `_SETTINGS` attributes set on the variable later in the same body."""
     found: dict[int, dict[str, ast.expr]] = {}
     for node in ast.walk(tree):
         body = getattr(node, "body", None)
@@ -388,7 +393,7 @@ def _set_after_construction(tree: ast.Module) -> dict[int, dict[str, ast.expr]]:
                 calls[target.id] = stmt.value
             elif (
                 isinstance(target, ast.Attribute)
-                and target.attr in _EXEMPT
+                and target.attr in _SETTINGS
                 and isinstance(target.value, ast.Name)
                 and target.value.id in calls
             ):
