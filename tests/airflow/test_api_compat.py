@@ -1,8 +1,8 @@
 """A client written against Airflow 3.3.2's public state-store API (its paths, bodies and
 status codes), run against Airflow 3.3.2 itself and against taskstate (`/taskstate` base
 path, a real uvicorn server): the answers must be the same. Airflow's response fields are
-compared (taskstate adds `last_updated_by` to task entries); timestamps by presence, 422s by
-`loc` (taskstate's `msg` is the Python accessor's message)."""
+compared (taskstate adds `last_updated_by` to task entries and `exact_total` to listings);
+timestamps by presence, 422s by `loc` (taskstate's `msg` is the Python accessor's message)."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def _comparable(response: httpx.Response) -> Any:
         return None
     if not response.headers.get("content-type", "").startswith("application/json"):
         return response.text[:200]
-    body = response.json()
+    body = _airflows_fields(response.json())
     if response.status_code == 422:
         return sorted(tuple(map(str, error["loc"])) for error in body["detail"])
     if isinstance(body, dict) and "task_state_store" in body:
@@ -149,6 +149,14 @@ def _comparable(response: httpx.Response) -> Any:
         return {**body, "asset_state_store": [_entry(e) for e in body["asset_state_store"]]}
     if isinstance(body, dict) and "key" in body:
         return _entry(body)
+    return body
+
+
+def _airflows_fields(body: Any) -> Any:
+    """A listing without the field taskstate adds to it (`exact_total`: whether its
+    `total_entries` is exact or a lower bound; Airflow's is always exact)."""
+    if isinstance(body, dict) and "total_entries" in body:
+        return {k: v for k, v in body.items() if k != "exact_total"}
     return body
 
 
@@ -252,7 +260,7 @@ def refusals(
     answers: list[tuple[str, int, Any]] = []
     for name, http, method, url, body in steps:
         response = http.request(method, url, json=body)
-        shape = response.json() if response.status_code < 400 else {
+        shape = _airflows_fields(response.json()) if response.status_code < 400 else {
             k: type(v).__name__ for k, v in response.json().items()
         }  # fmt: skip
         challenge = response.headers.get("www-authenticate")
