@@ -24,6 +24,9 @@ from taskstate.backends.base import HistoryBackend, Stamp, StateBackend
 
 @dataclass(frozen=True)
 class CleanupResult:
+    """What a cleanup did, or with `dry_run` would do: expired rows found and deleted, the
+    batches it took, and the offloaded orphans and history versions it removed."""
+
     expired: int  # rows expired when cleanup started
     deleted: int
     batches: int
@@ -34,9 +37,11 @@ class CleanupResult:
     versions_pruned: int = 0  # history versions past the kept number or age
 
     def with_pruned(self, count: int) -> CleanupResult:
+        """This result with `count` history versions pruned."""
         return dataclasses.replace(self, versions_pruned=count)
 
     def with_orphans(self, count: int) -> CleanupResult:
+        """This result with `count` offloaded orphans removed (or found, on a dry run)."""
         return dataclasses.replace(self, offloaded_orphans=count)
 
 
@@ -129,6 +134,7 @@ class LiveRefIndex:
         self._db.execute("COMMIT")
 
     def among(self, refs: Sequence[str]) -> set[str]:
+        """The ones of `refs` that are in the index."""
         found = self._db.execute(
             "SELECT ref FROM refs WHERE ref IN (SELECT value FROM json_each(?))",
             (json.dumps(list(refs)),),
@@ -139,6 +145,7 @@ class LiveRefIndex:
         return (row[0] for row in self._db.execute("SELECT ref FROM refs"))
 
     def close(self) -> None:
+        """Close the database and remove its temporary directory."""
         self._db.close()
         self._dir.cleanup()
 

@@ -44,6 +44,7 @@ class HelpGroup(click.Group):
     group_class: type[click.Group | type] | None = type  # subgroups are HelpGroups too
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """List the commands, each with its whole `summary` rather than click's 45-character cut."""
         rows = []
         for name in self.list_commands(ctx):
             command = self.get_command(ctx, name)

@@ -61,6 +61,7 @@ class Reach:
 
     @property
     def pinned(self) -> bool:
+        """Whether any of the run, task and map index is pinned."""
         return (self.run_id, self.task_id, self.map_index) != (None, None, None)
 
 

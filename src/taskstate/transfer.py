@@ -84,6 +84,9 @@ def _line(record: dict[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class ImportResult:
+    """What an import did: keys written, lines skipped as expired, keys kept because they
+    existed (`replace=False`), and version lines read."""
+
     written: int
     skipped_expired: int
     kept_existing: int

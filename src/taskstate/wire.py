@@ -140,14 +140,17 @@ def task_path(scope: TaskScope, template: str = TASK_STATE) -> str:
 
 
 def key_path(collection: str, key: str) -> str:
+    """The route of `key` in `collection`, the key escaped as one path segment."""
     return f"{collection}/{segment(key)}"
 
 
 def quoted(etag: str) -> str:
+    """`etag` in double quotes, as an `ETag` / `If-Match` header carries it."""
     return f'"{etag}"'
 
 
 def unquoted(header: str | None) -> str | None:
+    """The bare ETag of a header value: quotes and any weak `W/` prefix removed, None kept."""
     return None if header is None else header.removeprefix("W/").strip('"')
 
 
@@ -162,6 +165,7 @@ def iso(epoch: float | None) -> str | None:
 
 
 def epoch(text: str | None) -> float | None:
+    """The epoch seconds of an `iso` datetime (a trailing `Z` read as UTC); None kept."""
     if text is None:
         return None
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
