@@ -111,6 +111,7 @@ class BodyLimit:
         self.limit = limit
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, refusing it with 413 once its body is known to exceed the limit."""
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
@@ -151,6 +152,7 @@ class RefuseControlCharacters:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer 422 for an HTTP path with a control character; pass anything else on."""
         if scope["type"] == "http" and _CONTROL.search(scope["path"]):
             body = json.dumps(
                 {

@@ -59,10 +59,14 @@ class Principal(Protocol):
         an empty page that would read "holds no state" (Airflow's own DAG routes answer 403)."""
         ...
 
-    def may_asset(self, asset: AssetScope, method: Method) -> bool: ...
+    def may_asset(self, asset: AssetScope, method: Method) -> bool:
+        """Whether METHOD is allowed on the state of `asset`."""
+        ...
 
 
 class Unauthenticated(HTTPException):
+    """401, with `WWW-Authenticate: Bearer`: no bearer token, or one not valid here."""
+
     def __init__(self, detail: str) -> None:
         super().__init__(
             status.HTTP_401_UNAUTHORIZED, detail, headers={"WWW-Authenticate": "Bearer"}
@@ -70,6 +74,8 @@ class Unauthenticated(HTTPException):
 
 
 class Forbidden(HTTPException):
+    """403: the caller is known but may not do this."""
+
     def __init__(self, detail: str) -> None:
         super().__init__(status.HTTP_403_FORBIDDEN, detail)
 
@@ -88,12 +94,15 @@ class OpenAccess:
     def may_task(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
     ) -> bool:
+        """Always True: open access allows every task instance."""
         return True
 
     def may_dag(self, dag_id: str, run_id: str | None, method: Method) -> bool:
+        """Always True: open access allows every DAG."""
         return True
 
     def may_asset(self, asset: AssetScope, method: Method) -> bool:
+        """Always True: open access allows every asset."""
         return True
 
 
@@ -117,6 +126,7 @@ class TokenPrincipal:
     def may_task(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
     ) -> bool:
+        """Whether the claims cover the DAG and run and, unless admin, the task and map index."""
         c = self.claims
         if not self.may_dag(dag_id, run_id, method):
             return False
@@ -125,6 +135,8 @@ class TokenPrincipal:
         )
 
     def may_dag(self, dag_id: str, run_id: str | None, method: Method) -> bool:
+        """Whether the method is allowed and the claims' DAG-id globs (and run, if pinned) cover
+        this DAG and run; admin tokens cover every DAG."""
         c = self.claims
         if not self._method_ok(method):
             return False
@@ -135,16 +147,20 @@ class TokenPrincipal:
         )
 
     def may_asset(self, asset: AssetScope, method: Method) -> bool:
+        """Whether the method is allowed and the claims name the asset (admin: every asset)."""
         if not self._method_ok(method):
             return False
         return self.claims.admin or asset.identity in self.claims.assets
 
 
 def bearer(request: Request) -> str | None:
+    """The request's bearer token, or None without an `Authorization: Bearer` header."""
     return parse_bearer(request.headers.get("authorization"))
 
 
 def parse_bearer(header: str | None) -> str | None:
+    """The credentials of an `Authorization` header value when its scheme is `Bearer` (any
+    case), else None."""
     scheme, _, credentials = (header or "").partition(" ")
     if scheme.lower() != "bearer" or not credentials.strip():
         return None
@@ -158,6 +174,8 @@ class TokenAuthenticator:
         self.keys = keys
 
     async def __call__(self, request: Request) -> Principal | None:
+        """The principal of a valid taskstate token, None for no token or another issuer's;
+        401 for a taskstate token that fails verification."""
         token = bearer(request)
         if token is None:
             return None
@@ -193,11 +211,15 @@ class Auth:
 
     @classmethod
     def standalone(cls, keys: SigningKeys | None) -> Auth:
+        """Auth for a standalone server: taskstate tokens signed by `keys`, or open access when
+        there are no keys."""
         if keys is None:
             return cls((), open_access=True)
         return cls((TokenAuthenticator(keys),), open_access=False)
 
     async def __call__(self, request: Request) -> Principal:
+        """The caller: the first principal an authenticator recognises, else open access if
+        allowed, else 401."""
         for authenticate in self.authenticators:
             principal = await authenticate(request)
             if principal is not None:
@@ -220,6 +242,7 @@ def require_task(
     map_index: int | None,
     method: Method,
 ) -> None:
+    """Raise 403 unless `principal` may use METHOD on the task instance's state."""
     if not principal.may_task(dag_id, run_id, task_id, map_index, method):
         where = "every map index" if map_index is None else f"map_index={map_index}"
         raise Forbidden(
@@ -229,6 +252,7 @@ def require_task(
 
 
 def require_dag(principal: Principal, dag_id: str, run_id: str | None, method: Method) -> None:
+    """Raise 403 unless `principal` may use METHOD on some task state of the DAG (and run)."""
     if not principal.may_dag(dag_id, run_id, method):
         run = "" if run_id is None else f", run_id={run_id!r}"
         raise Forbidden(
@@ -238,6 +262,7 @@ def require_dag(principal: Principal, dag_id: str, run_id: str | None, method: M
 
 
 def require_asset(principal: Principal, asset: AssetScope, method: Method) -> None:
+    """Raise 403 unless `principal` may use METHOD on the asset's state."""
     if not principal.may_asset(asset, method):
         raise Forbidden(
             f"{principal.subject!r} may not {method} the state of asset {asset.identity!r}"

@@ -38,6 +38,9 @@ class Hosting:
 
 @dataclass
 class AppContext:
+    """What the routes share, kept on `app.state.taskstate`: the store, the auth dependency,
+    what the host adds and the page-size cap."""
+
     store: StateStore
     auth: Auth
     hosting: Hosting = field(default_factory=Hosting)
@@ -70,12 +73,14 @@ def max_page_limit() -> int:
 
 
 async def context(request: Request) -> AppContext:
+    """The FastAPI dependency giving a route the app's `AppContext`."""
     # async: no I/O here, and a sync dependency would cost a thread-pool hop per request
     ctx: AppContext = request.app.state.taskstate
     return ctx
 
 
 async def caller(request: Request) -> Principal:
+    """The FastAPI dependency giving a route its authenticated caller (401 when there is none)."""
     ctx: AppContext = request.app.state.taskstate
     return await ctx.auth(request)
 

@@ -94,5 +94,6 @@ def _portable(error: Any) -> Any:
 
 
 def install(app: FastAPI) -> None:
+    """Register the JSON handlers for `TaskStateError` and request validation errors on `app`."""
     app.add_exception_handler(TaskStateError, _taskstate_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
