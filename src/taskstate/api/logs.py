@@ -42,6 +42,7 @@ class AccessLog:
         self.app = app
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Log one access line for an HTTP request once its answer starts; pass the rest on."""
         if scope["type"] != "http" or not ACCESS.isEnabledFor(logging.INFO):
             await self.app(scope, receive, send)
             return
@@ -138,10 +139,12 @@ class BatchStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
         _BATCHING.add(self)
 
     def hold(self) -> None:
+        """Hold the lines emitted from now on until `release_held`, instead of writing each."""
         with self.lock:  # type: ignore[union-attr]
             self._held = []
 
     def emit(self, record: logging.LogRecord) -> None:
+        """Write the record's line, or keep it for the batch while lines are held."""
         held = self._held
         if held is None:
             super().emit(record)
@@ -152,6 +155,7 @@ class BatchStreamHandler(logging.StreamHandler):  # type: ignore[type-arg]
             self.handleError(record)
 
     def release_held(self) -> None:
+        """Stop holding, and write the held lines in one write and one flush."""
         with self.lock:  # type: ignore[union-attr]
             held, self._held = self._held, None
             if held:
@@ -198,6 +202,7 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time (UTC), level, logger, message, and the line's fields."""
 
     def format(self, record: logging.LogRecord) -> str:
+        """The record as one JSON object on one line."""
         line: dict[str, Any] = {
             "time": f"{_second(record.created)}.{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
@@ -217,6 +222,7 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s.%(msecs)03dZ %(levelname)s %(name)s: %(message)s")
 
     def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        """The record's second in UTC, without the timezone offset (`2026-12-01T16:00:00`)."""
         return _second(record.created)  # UTC, as the JSON lines
 
 

@@ -36,6 +36,8 @@ class PatchBody(_Body):
 
 
 class AssetStateBody(_Body):
+    """PUT on an asset's key: the new value (asset keys do not expire)."""
+
     value: Any = Field(description="Any JSON value except null.")
 
 
@@ -66,6 +68,8 @@ _EXACT = (
 
 
 class TaskStateEntry(BaseModel):
+    """One key of a task instance's state, with its expiry and last writer."""
+
     key: str
     value: Any
     updated_at: datetime
@@ -74,12 +78,16 @@ class TaskStateEntry(BaseModel):
 
 
 class TaskStateCollection(BaseModel):
+    """A page of a task instance's keys."""
+
     task_state_store: list[TaskStateEntry]
     total_entries: int = Field(description=_TOTAL)
     exact_total: bool = Field(description=_EXACT)
 
 
 class AssetStateEntry(BaseModel):
+    """One key of an asset's state, with its last writer."""
+
     key: str
     value: Any
     updated_at: datetime
@@ -87,6 +95,8 @@ class AssetStateEntry(BaseModel):
 
 
 class AssetStateCollection(BaseModel):
+    """A page of an asset's keys."""
+
     asset_state_store: list[AssetStateEntry]
     total_entries: int = Field(description=_TOTAL)
     exact_total: bool = Field(description=_EXACT)
@@ -107,6 +117,8 @@ class HistoryVersion(BaseModel):
 
 
 class HistoryCollection(BaseModel):
+    """The kept versions of a key."""
+
     versions: list[HistoryVersion] = Field(description="Newest first.")
 
 
@@ -132,10 +144,14 @@ class RestoreTaskBody(_Body):
 
 
 class RestoreTaskResult(BaseModel):
+    """How many keys a task-instance restore brought back."""
+
     restored: int = Field(description="Keys live at as_of, now live again.")
 
 
 class DagSummary(BaseModel):
+    """A DAG that holds task state, with its number of live keys."""
+
     dag_id: str
     keys: int = Field(
         description="Live keys across every run, task and map index (10001: more than 10,000)."
@@ -143,40 +159,54 @@ class DagSummary(BaseModel):
 
 
 class DagCollection(BaseModel):
+    """A page of the DAGs that hold task state."""
+
     dags: list[DagSummary]
     total_entries: int = Field(description=_FOUND)
     exact_total: bool = Field(description=_EXACT)
 
 
 class DagRunSummary(BaseModel):
+    """A run of a DAG that holds task state, with its number of live keys."""
+
     dag_run_id: str
     keys: int
 
 
 class DagRunCollection(BaseModel):
+    """A page of a DAG's runs that hold task state."""
+
     dag_runs: list[DagRunSummary]
     total_entries: int = Field(description=_FOUND)
     exact_total: bool = Field(description=_EXACT)
 
 
 class TaskInstanceSummary(BaseModel):
+    """A task instance (task and map index) that holds state, with its number of live keys."""
+
     task_id: str
     map_index: int
     keys: int
 
 
 class TaskInstanceCollection(BaseModel):
+    """A page of a run's task instances that hold state."""
+
     task_instances: list[TaskInstanceSummary]
     total_entries: int = Field(description=_FOUND)
     exact_total: bool = Field(description=_EXACT)
 
 
 class AssetSummary(BaseModel):
+    """An asset that holds state, with its number of live keys."""
+
     name: str = Field(description="The asset's identity: its name, else its uri.")
     keys: int
 
 
 class AssetCollection(BaseModel):
+    """A page of the assets that hold state."""
+
     assets: list[AssetSummary]
     total_entries: int = Field(description=_FOUND)
     exact_total: bool = Field(description=_EXACT)
@@ -195,4 +225,5 @@ class Health(BaseModel):
 
 
 def utc(epoch: float) -> datetime:
+    """The aware UTC datetime of `epoch` seconds."""
     return datetime.fromtimestamp(epoch, tz=timezone.utc)
