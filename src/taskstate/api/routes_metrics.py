@@ -45,6 +45,8 @@ class RequestMetrics:
         self.metrics = metrics
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Pass the request on, recording its route, method, status and duration when metrics
+        are enabled."""
         if scope["type"] != "http" or not self.metrics.enabled:
             await self.app(scope, receive, send)
             return

@@ -112,6 +112,7 @@ class StateRoutes:
         self.prefix = prefix.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer a state route here (timed, when metrics are enabled); pass any other request on."""
         if scope["type"] == "http":
             path = self._path(scope)
             match = _match(path, self.ctx.hosting.asset_by_id is not None)
@@ -775,6 +776,8 @@ async def _restore_task(
 
 
 class MetaBody(models._Body):
+    """PUT on a task instance's marker: its value (extra fields refused)."""
+
     value: Any
 
 

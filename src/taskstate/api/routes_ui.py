@@ -26,6 +26,7 @@ STATIC = files("taskstate.ui") / "static"
 
 
 def install(app: FastAPI) -> None:
+    """Add the state page's routes and its static files to `app`."""
     app.include_router(router)
     app.mount("/ui/static", StaticFiles(packages=[("taskstate.ui", "static")]), name="ui-static")
 
@@ -43,12 +44,14 @@ def app_container(*, api: str, ui: str, login: str = "", csrf: str = "", view: s
 
 @router.get("")
 def redirect_to_page() -> RedirectResponse:
+    """Redirect to the state page (`ui/`)."""
     # Relative, so the redirect keeps whatever prefix the host mounted the app under.
     return RedirectResponse("ui/", status_code=307)
 
 
 @router.get("/", response_class=HTMLResponse)
 def page(ctx: Ctx) -> HTMLResponse:
+    """The state page: the HTML that loads the task and asset state browser."""
     template = (STATIC / "index.html").read_text(encoding="utf-8")
     container = app_container(api="../api/v2/", ui="./", login=ctx.hosting.login_url)
     return HTMLResponse(

@@ -34,6 +34,7 @@ def require_server_extra() -> None:
 
 
 def is_loopback(host: str) -> bool:
+    """Whether `host` is `localhost` or a loopback IP address; a host name is not."""
     if host == "localhost":
         return True
     try:
@@ -79,6 +80,8 @@ class LoopbackHostOnly:
         self.app = app
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Answer 421 for an HTTP or WebSocket request not addressed to loopback; pass the
+        rest on."""
         if scope["type"] in ("http", "websocket") and not _loopback_host(scope):
             body = (
                 b'{"detail":"this open taskstate server (no secret key) answers only requests '

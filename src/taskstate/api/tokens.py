@@ -43,6 +43,8 @@ class Claims:
     expires_at: float | None = None  # epoch seconds; None = never
 
     def payload(self, now: float) -> dict[str, Any]:
+        """The JWT payload: audience, subject, issue time, expiry, and every claim that is set
+        (None, False and empty claims left out)."""
         out: dict[str, Any] = {"aud": AUDIENCE, "sub": self.subject, "iat": int(now)}
         if self.expires_at is not None:
             out["exp"] = int(self.expires_at)
@@ -124,6 +126,7 @@ class SigningKeys:
 
     @classmethod
     def parse(cls, raw: str) -> SigningKeys:
+        """The keys in `raw`, separated by commas or whitespace; the first one signs."""
         return cls([part for part in re.split(r"[\s,]+", raw) if part])
 
     @classmethod
@@ -133,6 +136,8 @@ class SigningKeys:
         return None if raw is None or not raw.strip() else cls.parse(raw)
 
     def issue(self, claims: Claims, now: float | None = None) -> str:
+        """A signed JWT of `claims`, issued at `now` (default: the current time), with the
+        signing key's id as `kid`."""
         payload = claims.payload(time.time() if now is None else now)
         return jwt.encode(
             payload, self._signing, algorithm=ALGORITHM, headers={"kid": key_id(self._signing)}
