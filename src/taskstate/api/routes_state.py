@@ -112,7 +112,7 @@ class StateRoutes:
         self.prefix = prefix.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        """Answer a state route here (timed, when metrics are enabled); pass any other request on."""
+        """Answer a state route here (timed when metrics are on); pass any other request on."""
         if scope["type"] == "http":
             path = self._path(scope)
             match = _match(path, self.ctx.hosting.asset_by_id is not None)
