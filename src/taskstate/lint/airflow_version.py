@@ -30,6 +30,7 @@ class AirflowVersion:
 
     @classmethod
     def parse(cls, text: str, source: str) -> AirflowVersion:
+        """Parse a version like 2.10 or 3.3.2 to (major, minor); ValueError for anything else."""
         match = re.match(r"\s*(\d+)\.(\d+)", text)
         if not match:
             raise ValueError(f"airflow version {text!r} is not like 2.10 or 3.3.2")
@@ -37,6 +38,7 @@ class AirflowVersion:
 
     @classmethod
     def detect(cls) -> AirflowVersion:
+        """The installed Airflow's version, or an unknown one when Airflow is not installed."""
         for dist in ("apache-airflow-core", "apache-airflow"):
             try:
                 return cls.parse(metadata.version(dist), "installed")
@@ -46,6 +48,7 @@ class AirflowVersion:
 
     @property
     def label(self) -> str:
+        """The version as "major.minor", or "unknown"."""
         return f"{self.parts[0]}.{self.parts[1]}" if self.parts else "unknown"
 
     @property
@@ -60,6 +63,7 @@ class AirflowVersion:
 
     # --- what the advice and the "after" snippets say --------------------------------------
     def advice(self, kind: Advice) -> str:
+        """The version-aware recommendation appended to a finding's reason, or "" for none."""
         native = self.native
         if kind is Advice.SUBMIT_POLL:
             return (
@@ -90,11 +94,13 @@ class AirflowVersion:
         return f"Use {what}: native from Airflow 3.3; below 3.3 from taskstate."
 
     def mixin_import(self) -> str:
+        """The ResumableJobMixin import the "after" snippets show for this version."""
         if self.native:
             return "from airflow.sdk import ResumableJobMixin  # or: from taskstate import ..."
         return "from taskstate import ResumableJobMixin"
 
     def never_expire_import(self) -> str:
+        """The NEVER_EXPIRE import the "after" snippets show for this version."""
         if self.native:
             return "from airflow.sdk import NEVER_EXPIRE  # or: from taskstate import ..."
         return "from taskstate import NEVER_EXPIRE"

@@ -32,6 +32,9 @@ _KEYS = {"select", "ignore", "exclude", "per-file-ignores", "airflow-version", "
 
 @dataclass(frozen=True)
 class LintConfig:
+    """The linter's settings from configuration: selected and ignored codes, excluded and
+    per-file-ignored paths, target Airflow version and the per-code output cap."""
+
     select: tuple[str, ...] = ("TS",)
     ignore: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
@@ -53,6 +56,7 @@ class LintConfig:
         )
 
     def enabled(self, code: str, path: str) -> bool:
+        """Whether `code` is reported for `path`: selected, not ignored, not ignored per file."""
         if not _matches(code, self.select) or _matches(code, self.ignore):
             return False
         for pattern, codes in self.per_file_ignores:
@@ -61,6 +65,7 @@ class LintConfig:
         return True
 
     def excluded(self, path: Path) -> bool:
+        """Whether `path` matches an exclude pattern (relative to `root`, or by file name)."""
         return any(self._path_matches(str(path), pattern) for pattern in self.exclude)
 
     def _path_matches(self, path: str, pattern: str) -> bool:

@@ -24,6 +24,8 @@ _SKIP_DIRS = frozenset({"venv", "__pycache__", "node_modules", "build", "dist", 
 
 @dataclass
 class FileResult:
+    """One file's findings; a file that cannot be read or parsed has one parse-error finding."""
+
     path: str
     findings: list[Finding] = field(default_factory=list)
     text: str | None = None  # kept for --fix
@@ -52,6 +54,7 @@ def lint_source(text: str, path: str, config: LintConfig, version: AirflowVersio
 
 
 def lint_file(path: Path, config: LintConfig, version: AirflowVersion) -> FileResult:
+    """Lint one file from disk; an unreadable or non-UTF-8 file gives a parse-error result."""
     shown = str(path)
     try:
         data = path.read_bytes()
@@ -88,6 +91,7 @@ def iter_files(paths: Iterable[Path], config: LintConfig) -> Iterator[Path]:
 def lint_paths(
     paths: Iterable[Path], config: LintConfig, version: AirflowVersion
 ) -> list[FileResult]:
+    """Lint every Python file under `paths`, one result per file."""
     return [lint_file(path, config, version) for path in iter_files(paths, config)]
 
 

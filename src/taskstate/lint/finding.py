@@ -18,6 +18,8 @@ class Edit:
 
 @dataclass(frozen=True)
 class Fix:
+    """A mechanical fix: text edits, plus any module-level import the edited code needs."""
+
     edits: tuple[Edit, ...]
     # a module-level import statement the edited code needs, e.g. "from datetime import timezone"
     needs_import: str | None = None
@@ -26,6 +28,8 @@ class Fix:
 
 @dataclass(frozen=True)
 class Finding:
+    """One reported problem: rule code, 1-based position, message, reason and a before/after."""
+
     code: str
     path: str
     line: int  # 1-based
@@ -38,8 +42,10 @@ class Finding:
 
     @property
     def severity(self) -> Severity:
+        """The severity of the finding's rule."""
         return RULES[self.code].severity
 
     @property
     def location(self) -> str:
+        """The finding's position as "path:line:col"."""
         return f"{self.path}:{self.line}:{self.col}"

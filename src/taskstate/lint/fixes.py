@@ -68,6 +68,7 @@ def _add_import(text: str, statement: str) -> str:
 
 
 def diff(path: str, before: str, after: str) -> str:
+    """A unified diff of one file's text before and after its fixes."""
     return "".join(
         difflib.unified_diff(
             physical_lines(before),

@@ -12,6 +12,7 @@ from taskstate.lint.rules import RULES
 
 
 def finding_dict(finding: Finding) -> dict[str, Any]:
+    """One finding as a JSON-ready dict, with its rule's name and whether it is a heuristic."""
     rule = RULES[finding.code]
     return {
         "code": finding.code,
@@ -30,6 +31,7 @@ def finding_dict(finding: Finding) -> dict[str, Any]:
 
 
 def render(results: list[FileResult], version: AirflowVersion) -> str:
+    """The JSON document: the target Airflow version, files linted, findings and parse errors."""
     findings = [finding_dict(f) for r in results for f in r.findings]
     document = {
         "airflow_version": {"version": version.label, "source": version.source},

@@ -14,6 +14,7 @@ _FACT = re.compile(r"\{(\w+)\}")
 
 
 def text() -> str:
+    """The rule table as plain text: one line per rule with its severity, name and reason."""
     lines = []
     for rule in RULES.values():
         fixable = " (fixable)" if rule.fixable else ""
@@ -22,6 +23,7 @@ def text() -> str:
 
 
 def markdown() -> str:
+    """The rule table as the Markdown table README.md shows."""
     rows = ["| code | name | severity | message | fix |", "|---|---|---|---|---|"]
     for rule in RULES.values():
         message = _FACT.sub(r"‹\1›", rule.message).replace("|", "\\|")

@@ -22,6 +22,7 @@ _LEVEL = {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.INFO: "
 
 
 def render(results: list[FileResult], version: AirflowVersion) -> str:
+    """The findings as one SARIF 2.1.0 run whose driver lists every rule."""
     codes = list(RULES)
     index = {code: i for i, code in enumerate(codes)}
     rules = [_rule(code) for code in codes]

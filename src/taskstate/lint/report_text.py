@@ -21,6 +21,7 @@ _COLOURS = {Severity.ERROR: "red", Severity.WARNING: "yellow", Severity.INFO: "c
 
 
 def render(results: list[FileResult], version: AirflowVersion, max_per_code: int) -> str:
+    """The findings for people, capped at `max_per_code` per code and file, then a summary."""
     out: list[str] = []
     explained: set[str] = set()
     for result in results:

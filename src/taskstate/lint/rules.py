@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 
 class Severity(str, enum.Enum):
+    """How serious a rule's findings are: error, warning or info."""
+
     ERROR = "error"
     WARNING = "warning"
     INFO = "info"
@@ -29,6 +31,8 @@ class Advice(str, enum.Enum):
 
 @dataclass(frozen=True)
 class Rule:
+    """One lint rule: its code, name, severity, message template, reason and advice."""
+
     code: str
     name: str
     severity: Severity
@@ -39,6 +43,7 @@ class Rule:
 
     @property
     def heuristic(self) -> bool:
+        """True for rules whose message starts with "possible": guesses that may be wrong."""
         return self.message.startswith("possible")
 
 

@@ -24,6 +24,9 @@ _AIRFLOW_DECORATOR_MODULES = ("airflow.decorators", "airflow.sdk")
 
 @dataclass
 class Function:
+    """One function or method in the file, with the calls, assignments, ifs and returns in its
+    own body, and whether it runs as a task."""
+
     node: FunctionNode
     cls: ast.ClassDef | None  # the class when this is a method
     calls: list[ast.Call] = field(default_factory=list)  # not including nested functions
@@ -35,12 +38,15 @@ class Function:
 
     @property
     def name(self) -> str:
+        """The function's name."""
         return self.node.name
 
     def task_keywords(self) -> dict[str, ast.expr]:
+        """The keyword arguments of its `@task(...)` decorator, by name."""
         return call_keywords(self.task_decorator)
 
     def param_names(self) -> list[str]:
+        """Names of its positional and keyword parameters, in order (not *args or **kwargs)."""
         args = self.node.args
         return [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
 
@@ -224,6 +230,7 @@ class Source:
         return qual
 
     def is_task_decorator(self, dec: ast.expr) -> bool:
+        """Whether a decorator is an Airflow task decorator (`@task`, `@asset`, `@setup`, ...)."""
         name = self.decorator_name(dec)
         return name is not None and name.split(".")[0] in _TASK_DECORATORS
 
@@ -248,11 +255,13 @@ class Source:
         return self._line_starts[line - 1] + col
 
     def span(self, node: ast.AST) -> tuple[int, int]:
+        """Start and end character offsets of a node in the text."""
         start = self.offset(node.lineno, node.col_offset)  # type: ignore[attr-defined]
         end = self.offset(node.end_lineno, node.end_col_offset)  # type: ignore[attr-defined]
         return start, end
 
     def segment(self, node: ast.AST) -> str:
+        """The source text of a node."""
         start, end = self.span(node)
         return self.text[start:end]
 
@@ -405,6 +414,7 @@ def callee_name(call: ast.Call) -> str | None:
 
 
 def keyword(call: ast.Call, name: str) -> ast.keyword | None:
+    """The keyword argument `name` of a call, or None when it is not passed."""
     for kw in call.keywords:
         if kw.arg == name:
             return kw
@@ -412,8 +422,10 @@ def keyword(call: ast.Call, name: str) -> ast.keyword | None:
 
 
 def is_true(node: ast.expr | None) -> bool:
+    """Whether a node is the literal True."""
     return isinstance(node, ast.Constant) and node.value is True
 
 
 def is_false(node: ast.expr | None) -> bool:
+    """Whether a node is the literal False."""
     return isinstance(node, ast.Constant) and node.value is False

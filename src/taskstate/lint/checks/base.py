@@ -35,6 +35,8 @@ WATERMARK_KEY = re.compile(
 
 @dataclass(frozen=True)
 class Context:
+    """What every check is given besides the file: the target Airflow version."""
+
     version: AirflowVersion
 
     def finding(
@@ -48,6 +50,8 @@ class Context:
         fix: Fix | None = None,
         **facts: str,
     ) -> Finding:
+        """A finding of rule `code` at `node`, its message filled in from `facts` and its reason
+        ending with the version's advice; `before` defaults to the node's source lines."""
         rule = RULES[code]
         advice = self.version.advice(rule.advice)
         why = f"{rule.why} {advice}" if advice else rule.why

@@ -23,6 +23,8 @@ _TRIGGER_BASES = frozenset({"BaseTrigger", "BaseEventTrigger"})
 
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
+    """TS408-TS409 findings for one file: `defer()` before the job id is persisted, and
+    trigger `run()` methods that keep progress on `self`."""
     if ".defer(" in src.text:
         for func in src.functions:
             if func.cls is not None:

@@ -20,6 +20,8 @@ _THROUGH_THE_MIXIN = ("execute_resumable", "execute_deferrable")
 
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
+    """TS4xx findings for one file: `durable` misuse and ResumableJobMixin subclasses that
+    lose its guarantee."""
     if "durable" in src.text:
         yield from _durable(src, ctx)
     if "airflow.providers." in src.text:

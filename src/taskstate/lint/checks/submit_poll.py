@@ -33,6 +33,8 @@ _POLL_TASK = re.compile(r"^(wait_for|poll|check)_|_sensor$", re.IGNORECASE)
 
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
+    """TS3xx findings for one file: operators told not to wait with a sensor polling the job,
+    and deferrable operators that do not say they wait."""
     sensor = _first_sensor(src)
     for call, func in src.calls:
         name = callee_name(call)

@@ -13,6 +13,8 @@ _NAIVE = frozenset({"utcnow", "utcfromtimestamp"})
 
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
+    """TS601 findings for `datetime.utcnow()` / `utcfromtimestamp()`, with a fix to an aware
+    UTC call where the call's form allows one."""
     if "utc" not in src.text:
         return
     tz: tuple[str, str | None] | None = None

@@ -37,6 +37,8 @@ class _Use:
 
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
+    """TS1xx findings for one file: Variables read in templates, and Variables used in task
+    code as state, watermarks, or job ids."""
     if "var.value." in src.text or "var.json." in src.text:
         yield from _templates(src, ctx)
     if "Variable" not in src.text:

@@ -11,6 +11,7 @@ from taskstate.lint.source import Function, Source, argument, keyword, literal_t
 
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
+    """TS2xx findings for one file, looked for in every function that runs as a task."""
     if "xcom_push" not in src.text:
         return
     for func in src.functions:

@@ -19,6 +19,8 @@ _CALL_FAMILIES = (values.check_call, keys.check_call, mapped.check_call, native_
 
 
 def check(src: Source, ctx: Context) -> Iterator[Finding]:
+    """TS5xx findings for one file: every call on a resolved store, per function, goes to
+    each call family, then the function goes to the assets check."""
     if "state_store" not in src.text:
         return
     for func in src.functions:

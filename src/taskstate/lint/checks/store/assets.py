@@ -12,6 +12,8 @@ from taskstate.lint.source import Function, Source, argument, call_keywords
 
 
 def check_function(src: Source, ctx: Context, func: Function) -> Iterator[Finding]:
+    """TS505 findings for one function: assets it indexes asset_state_store with but does
+    not declare as inlets or outlets."""
     declaration = _declaration(src, func)
     if declaration is not None:
         yield from _undeclared_assets(src, ctx, func, declaration)

@@ -15,6 +15,8 @@ _KEY_METHODS = frozenset({"get", "set", "delete", "aget", "aset", "adelete", "up
 
 
 def check_call(src: Source, ctx: Context, site: StoreCall) -> Iterator[Finding]:
+    """TS502 for keys with dots or slashes and TS506 for a job id set on the task store
+    with the default retention."""
     if site.method in _KEY_METHODS:
         yield from _dot_or_slash(src, ctx, site.call)
     if site.method in ("set", "aset") and site.kind.store == TASK:

@@ -14,6 +14,7 @@ _CLEAR = frozenset({"clear", "aclear"})
 
 
 def check_call(src: Source, ctx: Context, site: StoreCall) -> Iterator[Finding]:
+    """TS503 and TS504 findings for a call made inside a task mapped with `.expand()`."""
     if not site.mapped:
         return
     if site.method in ("set", "aset") and site.kind.store != TASK:

@@ -34,6 +34,7 @@ _SETTING = "set [state_store] taskstate_mode = taskstate"
 
 
 def check_call(src: Source, ctx: Context, site: StoreCall) -> Iterator[Finding]:
+    """TS507 on Airflow 3.3+: a call to a taskstate method the native accessor lacks."""
     if ctx.version.native is not True or site.method not in _MISSING.get(site.kind.store, ()):
         return
     store = src.segment(site.receiver)

@@ -17,6 +17,8 @@ TASK, ASSETS, ASSET = "task_state_store", "asset_state_store", "asset"
 
 @dataclass(frozen=True)
 class Kind:
+    """What kind of store a receiver is, and for one asset's accessor the asset expression."""
+
     store: str  # TASK, ASSETS (the per-task collection) or ASSET (one asset's accessor)
     asset: ast.expr | None = None
 
@@ -33,10 +35,12 @@ class StoreCall:
 
     @property
     def method(self) -> str:
+        """The name of the method called on the store."""
         return self.callee.attr
 
     @property
     def receiver(self) -> ast.expr:
+        """The expression the method is called on (the store)."""
         return self.callee.value
 
 

@@ -53,6 +53,8 @@ _ATOMS = (ast.Name, ast.Call, ast.Set, ast.SetComp, ast.Constant, ast.Attribute,
 
 
 def check_call(src: Source, ctx: Context, site: StoreCall) -> Iterator[Finding]:
+    """TS501: a `set()` value that is not JSON (None, NaN, a datetime, ...), followed
+    through a name bound once when the value is a plain name."""
     if site.method not in ("set", "aset"):
         return
     value = argument(site.call, 1, "value")
