@@ -108,7 +108,8 @@ def json_body(fields: Mapping[str, Any], value_text: str | None = None) -> bytes
 class Headers(Protocol):
     """A response's headers, looked up case-insensitively (http.client's are)."""
 
-    def get(self, name: str, default: Any = None) -> Any: ...
+    def get(self, name: str, default: Any = None) -> Any:
+        """The value of header `name` (any case), or `default`."""
 
     def __contains__(self, name: str, /) -> bool: ...
 
@@ -124,10 +125,12 @@ class Response:
         self.content = content
 
     def json(self) -> Any:
+        """The body decoded as JSON."""
         return json.loads(self.content)
 
     @property
     def text(self) -> str:
+        """The body as text (UTF-8, undecodable bytes replaced)."""
         return self.content.decode("utf-8", "replace")
 
 
@@ -557,17 +560,21 @@ class HttpBackend(StateBackend):
         return view
 
     def describe(self) -> str:
+        """As `StateBackend.describe`: the base URL, credentials redacted."""
         return redact_url(self.http.base)
 
     def close(self) -> None:
+        """As `StateBackend.close`: closes the connections this process opened."""
         self.http.close()
 
     def get_json(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        """GET `path` with `params` and return the answer's JSON."""
         return self.http.send(Request("GET", path, params)).json()
 
     # -- store-level operations with a route ----------------------------------------------
 
     def scan(self, prefix: str = "") -> Iterator[Row]:
+        """As `StateBackend.scan`: the namespaces from the discovery routes, then their pages."""
         for namespace in self._namespaces(prefix):
             scope = parse_namespace(namespace)
             if isinstance(scope, TaskScope):
@@ -632,6 +639,7 @@ class HttpBackend(StateBackend):
                 return
 
     def clear(self, namespace: str) -> int:
+        """As `StateBackend.clear`: counts the namespace's rows, then one DELETE route call."""
         return self._clear(namespace, all_map_indices=False)
 
     def clear_prefix(self, prefix: str) -> int:
@@ -691,20 +699,25 @@ class HttpBackend(StateBackend):
     # -- where the database is ------------------------------------------------------------
 
     def count_expired(self, now: float) -> int:
+        """Refused with `ConfigError`: no route; cleanup runs where the database is."""
         _room_for_the_database("cleanup (counting expired rows)")
 
     def delete_expired(self, now: float, limit: int) -> int:
+        """Refused with `ConfigError`: no route; cleanup runs where the database is."""
         _room_for_the_database("cleanup")
 
     def migrate(self) -> list[int]:
+        """Refused with `ConfigError`: no route; `db migrate` runs where the database is."""
         _room_for_the_database("db migrate")
 
     def set_many(self, rows: list[Row], *, replace: bool = True) -> int:
+        """Refused with `ConfigError`: no route; an import runs where the database is."""
         _room_for_the_database("import (all keys or none)")
 
     # -- row level: not on the wire (the accessors send values) ---------------------------
 
     def get(self, namespace: str, key: str) -> Entry | None:
+        """Refused with `TaskStateError`: the HTTP backend carries values, not rows."""
         _row_level()
 
     def set(
@@ -716,12 +729,15 @@ class HttpBackend(StateBackend):
         now: float,
         updated_by: str | None = None,
     ) -> None:
+        """Refused with `TaskStateError`: the HTTP backend carries values, not rows."""
         _row_level()
 
     def delete(self, namespace: str, key: str) -> None:
+        """Refused with `TaskStateError`: the HTTP backend carries values, not rows."""
         _row_level()
 
     def transact(self, namespace: str, key: str, fn: Any, now: float) -> Any:
+        """Refused with `TaskStateError`: the HTTP backend carries values, not rows."""
         _row_level()
 
 

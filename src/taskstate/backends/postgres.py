@@ -514,6 +514,8 @@ def _txid(conn: psycopg.Connection[Any]) -> int:
 
 
 class PostgresBackend(HistoryBackend):
+    """A `HistoryBackend` on a PostgreSQL database, through a small per-process pool."""
+
     def __init__(
         self,
         url: str,
@@ -534,6 +536,7 @@ class PostgresBackend(HistoryBackend):
         self._lock, self._lock_pid = threading.Lock(), os.getpid()
 
     def describe(self) -> str:
+        """As `StateBackend.describe`: `postgresql://` and the server, without credentials."""
         return f"postgresql://{self.server}"
 
     # -- connections ------------------------------------------------------------------------
@@ -618,6 +621,7 @@ class PostgresBackend(HistoryBackend):
             )
 
     def close(self) -> None:
+        """As `StateBackend.close`: closes this process's pool (reopened on next use)."""
         release, self._release, self._pool_obj = self._release, None, None
         if release is not None:
             release()
@@ -664,6 +668,8 @@ class PostgresBackend(HistoryBackend):
     # -- the contract -------------------------------------------------------------------------
 
     def get(self, namespace: str, key: str) -> Entry | None:
+        """As `StateBackend.get`: one prepared SELECT by key."""
+
         def op(conn: _Connection) -> Entry | None:
             cursor = conn.hot()
             cursor.execute(_GET, (namespace, key), prepare=True)
@@ -682,6 +688,7 @@ class PostgresBackend(HistoryBackend):
         updated_by: str | None = None,
         stamp: Stamp | None = None,
     ) -> None:
+        """As `HistoryBackend.set`: one upsert; with a stamp, that statement adds the version."""
         if stamp is None or not self.history_versions:
             params = (namespace, key, value, expires_at, now, updated_by)
             self._run(lambda conn: conn.hot().execute(_SET, params, prepare=True))
@@ -728,6 +735,7 @@ class PostgresBackend(HistoryBackend):
         return self._once(lambda conn: (op(conn), _txid(conn)), "a delete of many keys")
 
     def delete(self, namespace: str, key: str, stamp: Stamp | None = None) -> None:
+        """As `HistoryBackend.delete`: one DELETE (with a stamp, recording the deletion too)."""
         if stamp is None or not self.history_versions:
             self._run(lambda conn: conn.hot().execute(_DELETE, (namespace, key), prepare=True))
             return
@@ -737,6 +745,7 @@ class PostgresBackend(HistoryBackend):
     def delete_if(
         self, namespace: str, key: str, version: Entry, stamp: Stamp | None = None
     ) -> bool:
+        """As `HistoryBackend.delete_if`: a DELETE matching every column of `version`."""
         params = {
             "ns": namespace, "key": key, "was": version.value, "was_exp": version.expires_at,
             "was_by": version.updated_by, "was_at": version.updated_at,
@@ -744,9 +753,11 @@ class PostgresBackend(HistoryBackend):
         return self._deleting(_DELETE_IF_NAMED, params, stamp) > 0
 
     def clear(self, namespace: str, stamp: Stamp | None = None) -> int:
+        """As `HistoryBackend.clear`: one DELETE on the namespace, applied once (`_once`)."""
         return self._deleting(_CLEAR_NAMED, {"ns": namespace}, stamp, prepare=True)
 
     def clear_prefix(self, prefix: str, stamp: Stamp | None = None) -> int:
+        """As `HistoryBackend.clear_prefix`: one DELETE over the namespace range."""
         if not prefix:
             return self._deleting(_CLEAR_ALL, {}, stamp)
         bounds = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
@@ -760,6 +771,7 @@ class PostgresBackend(HistoryBackend):
         now: float,
         stamp: Stamp | None = None,
     ) -> T:
+        """As `HistoryBackend.transact`: the row locked `FOR UPDATE`, applied once (`_once`)."""
         keeps = stamp is not None and self.history_versions > 0
 
         def body(conn: _Connection) -> tuple[T, int | None]:
@@ -850,6 +862,7 @@ class PostgresBackend(HistoryBackend):
         stamp: Stamp | None = None,
         versions: Sequence[KeyVersion] = (),
     ) -> int:
+        """As `HistoryBackend.set_many`: every row (and its versions) in one transaction."""
         params = [
             (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
         ]
@@ -911,22 +924,26 @@ class PostgresBackend(HistoryBackend):
     def versions(
         self, namespace: str, key: str, *, limit: int, at: float | None = None
     ) -> list[VersionRow]:
+        """As `HistoryBackend.versions`: newest first, or the versions as of `at`; one SELECT."""
         params = {"ns": namespace, "key": key, "limit": limit, "at": at}
         sql = _HISTORY if at is None else _VERSIONS_AT
         rows = self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchall())
         return [VersionRow(*row) for row in rows]
 
     def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
+        """As `HistoryBackend.version`: one primary-key SELECT on the versions table."""
         params = {"ns": namespace, "key": key, "v": version}
         row = self._run(lambda conn: conn.execute(_VERSION, params).fetchone())
         return None if row is None else VersionRow(*row)
 
     def first_version(self, namespace: str, key: str) -> int | None:
+        """As `HistoryBackend.first_version`: the key's lowest version still kept."""
         params = {"ns": namespace, "key": key}
         row = self._run(lambda conn: conn.execute(_FIRST_VERSION, params).fetchone())
         return None if row is None or row[0] is None else int(row[0])
 
     def task_versions(self, prefix: str, at: float) -> list[tuple[str, str, VersionRow | None]]:
+        """As `HistoryBackend.task_versions`: the keys with versions or rows, then one read each."""
         bounds = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
         keys = self._run(lambda conn: conn.execute(_TASK_KEYS, bounds).fetchall())
         found: list[tuple[str, str, VersionRow | None]] = []
@@ -936,11 +953,14 @@ class PostgresBackend(HistoryBackend):
         return found
 
     def version_keys(self, prefix: str) -> list[tuple[str, str]]:
+        """As `HistoryBackend.version_keys`: a range read of the version marks."""
         bounds = prefix_bounds(prefix)
         rows = self._run(lambda conn: conn.execute(_VERSION_KEYS, bounds).fetchall())
         return [(namespace, key) for namespace, key in rows]
 
     def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:
+        """As `HistoryBackend.restore_many`: the writes and deletes in one transaction."""
+
         def op(conn: psycopg.Connection[Any]) -> None:
             with conn.transaction():
                 for r in writes:
@@ -954,12 +974,14 @@ class PostgresBackend(HistoryBackend):
         self._run(op)
 
     def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
+        """As `StateBackend.prune_versions`: one DELETE of the versions past `keep` or `before`."""
         params = {
             "keep": keep, "before": -_INF if before is None else before, "limit": limit or None,
         }  # fmt: skip
         return self._run(lambda conn: conn.execute(_PRUNE, params).rowcount)
 
     def version_refs(self) -> Iterator[str]:
+        """As `StateBackend.version_refs`: the offloaded (`@`) values, read a page at a time."""
         after: dict[str, Any] = {"ns": _ZERO_UUID, "key": _ZERO_UUID, "v": 0}
         while True:
             page = {**after, "limit": _SCAN_PAGE_SIZE}
@@ -972,6 +994,7 @@ class PostgresBackend(HistoryBackend):
             after = {"ns": rows[-1][0], "key": rows[-1][1], "v": rows[-1][2]}
 
     def scan(self, prefix: str = "") -> Iterator[Row]:
+        """As `StateBackend.scan`: keyset pages of 1,000 rows, no cursor or transaction held."""
         after = (prefix, "")
         while True:
             rows = self._run(functools.partial(self._scan_page, prefix=prefix, after=after))
@@ -992,6 +1015,7 @@ class PostgresBackend(HistoryBackend):
     def rows(
         self, namespace: str, now: float, *, key_prefix: str = "", limit: int = -1, offset: int = 0
     ) -> list[Row]:
+        """As `StateBackend.rows`: one read of the live rows on the (namespace_md5, key) index."""
         params = {
             "ns": namespace,
             "lo": key_prefix,
@@ -1012,6 +1036,7 @@ class PostgresBackend(HistoryBackend):
         key_prefix: str = "",
         cap: int | None = None,
     ) -> int:
+        """As `StateBackend.count`: one counting range read, stopped at `cap`."""
         params: dict[str, Any] = {"now": now, "cap": cap}
         if exact:
             hi = prefix_upper_bound(key_prefix) if key_prefix else None
@@ -1028,6 +1053,7 @@ class PostgresBackend(HistoryBackend):
     def counts(
         self, prefixes: list[str], now: float, *, exact: bool = False, cap: int | None = None
     ) -> list[int]:
+        """As `StateBackend.counts`: every prefix counted in one statement (JIT off for it)."""
         if not prefixes:
             return []
         params = {
@@ -1060,6 +1086,7 @@ class PostgresBackend(HistoryBackend):
         like: str = "",
         limit: int = -1,
     ) -> list[str]:
+        """As `StateBackend.groups`: a recursive skip scan, one seek per distinct field."""
         lo = prefix + start
         params = {
             "lo": lo,
@@ -1073,6 +1100,8 @@ class PostgresBackend(HistoryBackend):
         return [row[0] for row in found]
 
     def count_expired(self, now: float) -> int:
+        """As `StateBackend.count_expired`: one count over the expired rows."""
+
         def op(conn: psycopg.Connection[Any]) -> int:
             row = conn.execute(_COUNT_EXPIRED, (now,)).fetchone()
             return int(row[0]) if row else 0
@@ -1080,6 +1109,7 @@ class PostgresBackend(HistoryBackend):
         return self._run(op)
 
     def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int:
+        """As `HistoryBackend.delete_expired`: one DELETE, batched by `limit` when positive."""
         if limit <= 0:
             return self._deleting(_DELETE_EXPIRED_NAMED, {"now": now}, stamp)
         params = {"now": now, "limit": limit}
@@ -1088,9 +1118,11 @@ class PostgresBackend(HistoryBackend):
     # -- schema ---------------------------------------------------------------------------------
 
     def schema_status(self) -> SchemaStatus:
+        """As `StateBackend.schema_status`: the recorded version, read outside the pool."""
         return SchemaStatus(self._direct(_current_version), len(MIGRATIONS))
 
     def migrate(self) -> list[int]:
+        """As `StateBackend.migrate`: each step under the migration lock; indexes built online."""
         applied: list[int] = []
         # The schema may not exist yet, so this cannot go through the pool (whose first
         # connection checks it). Each step is one transaction (a retry is always safe), except
@@ -1155,6 +1187,7 @@ def _fetch_all(conn: psycopg.Connection[Any], *, sql: str, params: dict[str, Any
 
 
 def params_row(r: Row) -> tuple[Any, ...]:
+    """A row's columns in `_SET` / `_CREATE` parameter order."""
     return (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by)
 
 

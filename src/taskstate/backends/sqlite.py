@@ -389,6 +389,8 @@ _INF = float("inf")
 
 
 class SQLiteBackend(HistoryBackend):
+    """A `HistoryBackend` on one SQLite file in WAL mode: a connection per thread per process."""
+
     store_write_lock = True  # one writer at a time for the whole file
 
     def __init__(self, url: str, *, busy_timeout_s: float = 60.0, create: bool = True) -> None:
@@ -500,6 +502,7 @@ class SQLiteBackend(HistoryBackend):
         conn.execute("COMMIT")
 
     def close(self) -> None:
+        """As `StateBackend.close`: releases this thread's connection (others keep theirs)."""
         slot = getattr(self._local, "slot", None)
         if slot is not None:
             slot.release()
@@ -507,6 +510,7 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def get(self, namespace: str, key: str) -> Entry | None:
+        """As `StateBackend.get`: one primary-key SELECT."""
         row = self._conn().execute(_GET, (namespace, key)).fetchone()
         return None if row is None else Entry(*row)
 
@@ -521,6 +525,7 @@ class SQLiteBackend(HistoryBackend):
         updated_by: str | None = None,
         stamp: Stamp | None = None,
     ) -> None:
+        """As `HistoryBackend.set`: one upsert; a TEMP trigger adds a version stamped at `now`."""
         params = (namespace, key, value, expires_at, now, updated_by)
         if stamp is None or not self.history_versions:
             self._conn().execute(_SET, params)
@@ -568,21 +573,25 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def delete(self, namespace: str, key: str, stamp: Stamp | None = None) -> None:
+        """As `HistoryBackend.delete`: one DELETE (stamped: in a transaction with the version)."""
         self._deleting(_DELETE, (namespace, key), stamp)
 
     @_typed_errors
     def delete_if(
         self, namespace: str, key: str, version: Entry, stamp: Stamp | None = None
     ) -> bool:
+        """As `HistoryBackend.delete_if`: a DELETE matching every column of `version`."""
         params = (namespace, key, version.value, version.expires_at, version.updated_by)
         return self._deleting(_DELETE_IF, (*params, version.updated_at), stamp) > 0
 
     @_typed_errors
     def clear(self, namespace: str, stamp: Stamp | None = None) -> int:
+        """As `HistoryBackend.clear`: one DELETE on the namespace."""
         return self._deleting(_CLEAR, (namespace,), stamp)
 
     @_typed_errors
     def clear_prefix(self, prefix: str, stamp: Stamp | None = None) -> int:
+        """As `HistoryBackend.clear_prefix`: one DELETE over the namespace range."""
         if not prefix:
             return self._deleting(f"DELETE FROM {TABLE}", (), stamp)
         return self._deleting(_CLEAR_RANGE, (prefix, prefix_upper_bound(prefix)), stamp)
@@ -596,6 +605,7 @@ class SQLiteBackend(HistoryBackend):
         now: float,
         stamp: Stamp | None = None,
     ) -> T:
+        """As `HistoryBackend.transact`: read, `fn` and write under `BEGIN IMMEDIATE`."""
         with self._write_transaction(self._conn()) as conn:
             row = conn.execute(_GET, (namespace, key)).fetchone()
             new, result = fn(None if row is None else Entry(*row))
@@ -622,6 +632,7 @@ class SQLiteBackend(HistoryBackend):
         stamp: Stamp | None = None,
         versions: Sequence[KeyVersion] = (),
     ) -> int:
+        """As `HistoryBackend.set_many`: every row (and its versions) in one write transaction."""
         params = [
             (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
         ]
@@ -665,22 +676,26 @@ class SQLiteBackend(HistoryBackend):
     def versions(
         self, namespace: str, key: str, *, limit: int, at: float | None = None
     ) -> list[VersionRow]:
+        """As `HistoryBackend.versions`: newest first; `at` is one seek on the updated_at index."""
         params = {"ns": namespace, "key": key, "limit": limit, "at": at}
         sql = _HISTORY if at is None else _VERSIONS_AT
         return [VersionRow(*row) for row in self._conn().execute(sql, params)]
 
     @_typed_errors
     def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
+        """As `HistoryBackend.version`: one primary-key SELECT on the versions table."""
         row = self._conn().execute(_VERSION, (namespace, key, version)).fetchone()
         return None if row is None else VersionRow(*row)
 
     @_typed_errors
     def first_version(self, namespace: str, key: str) -> int | None:
+        """As `HistoryBackend.first_version`: the key's lowest version still kept."""
         found = self._conn().execute(_FIRST_VERSION, (namespace, key)).fetchone()[0]
         return None if found is None else int(found)
 
     @_typed_errors
     def task_versions(self, prefix: str, at: float) -> list[tuple[str, str, VersionRow | None]]:
+        """As `HistoryBackend.task_versions`: the keys with versions or rows, then one read each."""
         params = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
         keys = self._conn().execute(_TASK_KEYS, params).fetchall()
         found = []
@@ -691,11 +706,13 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def version_keys(self, prefix: str) -> list[tuple[str, str]]:
+        """As `HistoryBackend.version_keys`: a range read of the version marks."""
         rows = self._conn().execute(_VERSION_KEYS, prefix_bounds(prefix))
         return [(namespace, key) for namespace, key in rows]
 
     @_typed_errors
     def restore_many(self, writes: list[Row], deletes: list[tuple[str, str]], stamp: Stamp) -> None:
+        """As `HistoryBackend.restore_many`: the writes and deletes in one write transaction."""
         with self._write_transaction(self._conn()) as conn:
             for row in writes:
                 conn.execute(
@@ -708,10 +725,12 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
+        """As `StateBackend.prune_versions`: one DELETE of the versions past `keep` or `before`."""
         params = {"keep": keep, "before": -_INF if before is None else before, "limit": limit or -1}
         return self._conn().execute(_PRUNE, params).rowcount
 
     def version_refs(self) -> Iterator[str]:
+        """As `StateBackend.version_refs`: the offloaded (`@`) values among the versions."""
         try:
             for (value,) in self._conn().execute(_VERSION_REFS):
                 yield value
@@ -719,6 +738,7 @@ class SQLiteBackend(HistoryBackend):
             raise self._error(exc) from exc
 
     def scan(self, prefix: str = "") -> Iterator[Row]:
+        """As `StateBackend.scan`: a primary-key range read, streamed from the cursor."""
         try:
             conn = self._conn()
             slot = self._local.slot
@@ -740,6 +760,7 @@ class SQLiteBackend(HistoryBackend):
     def rows(
         self, namespace: str, now: float, *, key_prefix: str = "", limit: int = -1, offset: int = 0
     ) -> list[Row]:
+        """As `StateBackend.rows`: a primary-key range read of the live rows."""
         params = {"ns": namespace, "lo": key_prefix, "now": now, "limit": limit, "offset": offset}
         if key_prefix:
             params["hi"] = prefix_upper_bound(key_prefix)
@@ -756,6 +777,7 @@ class SQLiteBackend(HistoryBackend):
         key_prefix: str = "",
         cap: int | None = None,
     ) -> int:
+        """As `StateBackend.count`: a counting range read, stopped at `cap`."""
         params: dict[str, Any] = {"now": now, "cap": -1 if cap is None else cap}
         if exact:
             params.update(ns=prefix, lo=key_prefix)
@@ -778,6 +800,7 @@ class SQLiteBackend(HistoryBackend):
         like: str = "",
         limit: int = -1,
     ) -> list[str]:
+        """As `StateBackend.groups`: a recursive skip scan, one seek per distinct field."""
         lo = prefix + start
         params = {"lo": lo, "hi": prefix_upper_bound(lo) if lo else _TOP, "now": now}
         cursor = self._conn().execute(_GROUPS[whole], {**params, "n": len(prefix)})
@@ -793,20 +816,24 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def count_expired(self, now: float) -> int:
+        """As `StateBackend.count_expired`: one count over the expired rows."""
         return int(self._conn().execute(_COUNT_EXPIRED, (now,)).fetchone()[0])
 
     @_typed_errors
     def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int:
+        """As `HistoryBackend.delete_expired`: one DELETE, batched by `limit` when positive."""
         if limit <= 0:
             return self._deleting(_DELETE_EXPIRED, (now,), stamp)
         return self._deleting(_DELETE_EXPIRED_BATCH, (now, limit), stamp)
 
     @_typed_errors
     def schema_status(self) -> SchemaStatus:
+        """As `StateBackend.schema_status`: the file's `user_version` against the migrations."""
         return SchemaStatus(_user_version(self._conn()), len(MIGRATIONS))
 
     @_typed_errors
     def migrate(self) -> list[int]:
+        """As `StateBackend.migrate`: applies the pending migrations in one write transaction."""
         return self._migrate_on(self._conn() if self._migrated else self._open(), explicit=True)
 
     def _migrate_on(self, conn: sqlite3.Connection, *, explicit: bool = False) -> list[int]:
