@@ -36,14 +36,17 @@ class AirflowUser:
 
     @property
     def subject(self) -> str:
+        """As `Principal.subject`: the user's name, as Airflow's auth manager gives it."""
         return str(self.user.get_name())
 
     def may_task(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
     ) -> bool:
+        """As `Principal.may_task`: Airflow grants per DAG, so this is `may_dag`."""
         return self.may_dag(dag_id, run_id, method)
 
     def may_dag(self, dag_id: str, run_id: str | None, method: Method) -> bool:
+        """As `Principal.may_dag`: asks the auth manager for the DAG's task-instance permission."""
         # Airflow's auth managers grant task-instance access per DAG (DagDetails holds no run).
         if (dag_id, method) not in self._dags:
             from airflow.api_fastapi.auth.managers.models.resource_details import (
@@ -62,6 +65,7 @@ class AirflowUser:
         return self._dags[dag_id, method]
 
     def may_asset(self, asset: AssetScope, method: Method) -> bool:
+        """As `Principal.may_asset`: asks the auth manager for the asset permission, by asset id."""
         # As Airflow's own asset routes do: the asset's id in the details, for auth managers
         # that grant access per asset (one unknown to Airflow is asked about without an id).
         if (asset, method) not in self._assets:
@@ -104,6 +108,7 @@ async def airflow_user(request: Request) -> Principal | None:
 
 
 def build_app(store: StateStore | None = None) -> FastAPI:
+    """The HTTP API app for Airflow 3's api-server: taskstate tokens, then Airflow's users."""
     keys = SigningKeys.load()
     authenticators: list[Any] = [] if keys is None else [TokenAuthenticator(keys)]
     authenticators.append(airflow_user)

@@ -17,6 +17,7 @@ _ASSET_CLASSES = frozenset({"Asset", "AssetNameRef", "AssetUriRef", "Dataset"})
 
 
 def is_asset(obj: object) -> bool:
+    """Whether `obj` names one concrete asset (Asset, an asset reference, or a Dataset)."""
     return any(cls.__name__ in _ASSET_CLASSES for cls in type(obj).__mro__)
 
 
@@ -93,39 +94,51 @@ class AssetStateStores:
 
     # Single-asset sugar: the same methods as AssetStateStore, on the task's only asset.
     def get(self, key: str, default: Any = None) -> Any:
+        """As `AssetStateStore.get`, on the task's only asset."""
         return self._single().get(key, default)
 
     def set(self, key: str, value: JsonValue) -> None:
+        """As `AssetStateStore.set`, on the task's only asset."""
         self._single().set(key, value)
 
     def delete(self, key: str) -> None:
+        """As `AssetStateStore.delete`, on the task's only asset."""
         self._single().delete(key)
 
     def clear(self) -> None:
+        """As `AssetStateStore.clear`, on the task's only asset."""
         self._single().clear()
 
     def keys(self) -> list[str]:
+        """As `AssetStateStore.keys`, on the task's only asset."""
         return self._single().keys()
 
     def items(self) -> list[tuple[str, Any]]:
+        """As `AssetStateStore.items`, on the task's only asset."""
         return self._single().items()
 
     def update(self, key: str, fn: Callable[[Any], JsonValue], *, default: Any = None) -> Any:
+        """As `AssetStateStore.update`, on the task's only asset."""
         return self._single().update(key, fn, default=default)
 
     def compare_and_set(self, key: str, expected: JsonValue | None, new: JsonValue) -> bool:
+        """As `AssetStateStore.compare_and_set`, on the task's only asset."""
         return self._single().compare_and_set(key, expected, new)
 
     async def aget(self, key: str, default: Any = None) -> Any:
+        """As `AssetStateStore.aget`, on the task's only asset."""
         return await self._single().aget(key, default)
 
     async def aset(self, key: str, value: JsonValue) -> None:
+        """As `AssetStateStore.aset`, on the task's only asset."""
         await self._single().aset(key, value)
 
     async def adelete(self, key: str) -> None:
+        """As `AssetStateStore.adelete`, on the task's only asset."""
         await self._single().adelete(key)
 
     async def aclear(self) -> None:
+        """As `AssetStateStore.aclear`, on the task's only asset."""
         await self._single().aclear()
 
     def __repr__(self) -> str:

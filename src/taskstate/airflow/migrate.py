@@ -63,6 +63,7 @@ class Report:
     mismatches: list[str] = field(default_factory=list)  # --verify
 
     def as_json(self) -> dict[str, Any]:
+        """The report for `--json`: the count of every outcome and each list of notes."""
         return {
             "counts": {o: self.counts[o] for o in OUTCOMES},
             "notes": self.notes,
@@ -144,6 +145,7 @@ class AirflowStore:
         return self._assets[identity]
 
     def native_scope(self, scope: TaskScope | AssetScope) -> Any:
+        """`scope` as Airflow's own scope type (an asset's carries its active asset id)."""
         from airflow.state import AssetScope as NativeAsset
         from airflow.state import TaskScope as NativeTask
 
@@ -152,6 +154,7 @@ class AirflowStore:
         return NativeAsset(asset_id=self.asset_id(scope), name=scope.name, uri=scope.uri)
 
     def get(self, scope: TaskScope | AssetScope, key: str) -> Any:
+        """The value Airflow's store holds for `key`, decoded from JSON, or None."""
         text = self.backend.get(self.native_scope(scope), key)
         return None if text is None else json.loads(text)
 
@@ -208,6 +211,7 @@ def _entries(
 
 
 def total_keys(store: StateStore, prefixes: list[str]) -> int:
+    """How many live keys the namespaces hold: the total for the progress bar."""
     return sum(n for prefix in prefixes for _, n in store.scopes(prefix))
 
 

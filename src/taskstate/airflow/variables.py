@@ -26,6 +26,7 @@ Target = TaskScope | AssetScope
 def target(
     asset: str | None, dag_id: str | None, run_id: str | None, task_id: str | None, map_index: int
 ) -> Target:
+    """The scope to move the Variable into: the asset when one is named, else the task instance."""
     if asset is not None:
         # An asset's identity is its name; Airflow 3 names a URI-only asset by its URI, and
         # Airflow 2 Datasets have only a URI: either way the one string addresses it.
@@ -35,6 +36,7 @@ def target(
 
 
 def read_variable(key: str) -> str:
+    """The Airflow Variable's text; a `ClickException` when there is no such Variable."""
     from airflow.models import Variable
 
     raw = Variable.get(key, default_var=None)
@@ -44,6 +46,7 @@ def read_variable(key: str) -> str:
 
 
 def delete_variable(key: str) -> None:
+    """Delete the Airflow Variable (`--delete-variable`, once its value is written)."""
     from airflow.models import Variable
 
     Variable.delete(key)
@@ -69,13 +72,21 @@ def state_value(key: str, raw: str, *, as_text: bool) -> Any:
 
 
 def same(a: Any, b: Any) -> bool:
+    """Whether two state values are equal as JSON (key order aside)."""
     return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
 
 
 class Destination(Protocol):
-    def describe(self, scope: Target, key: str) -> str: ...
-    def get(self, scope: Target, key: str) -> Any: ...
-    def set(self, scope: Target, key: str, value: Any) -> None: ...
+    """Where a migrated Variable's value goes: a store's get, set and description."""
+
+    def describe(self, scope: Target, key: str) -> str:
+        """A human description of `key` in `scope`, naming the store."""
+
+    def get(self, scope: Target, key: str) -> Any:
+        """The value `key` holds in `scope`, or None."""
+
+    def set(self, scope: Target, key: str, value: Any) -> None:
+        """Write `value` to `key` in `scope`."""
 
 
 def _describe(scope: Target, key: str) -> str:
@@ -85,18 +96,23 @@ def _describe(scope: Target, key: str) -> str:
 
 
 class TaskstateDestination:
+    """taskstate's own store, used when Airflow's native state store is not active."""
+
     def __init__(self, store: StateStore) -> None:
         self.store = store
 
     def describe(self, scope: Target, key: str) -> str:
+        """As `Destination.describe`, naming taskstate's store."""
         return f"taskstate's store: {_describe(scope, key)}"
 
     def get(self, scope: Target, key: str) -> Any:
+        """As `Destination.get`, from taskstate's asset or task state."""
         if isinstance(scope, AssetScope):
             return self.store.asset_state(scope).get(key)
         return self.store.task_state(scope).get(key)
 
     def set(self, scope: Target, key: str, value: Any) -> None:
+        """As `Destination.set`, written by the CLI; task keys never expire, as Variables do not."""
         if isinstance(scope, AssetScope):
             self.store.asset_state(scope, writer=cli_writer()).set(key, value)
         else:
@@ -105,25 +121,31 @@ class TaskstateDestination:
 
 
 class NativeDestination:
+    """Airflow 3.3+'s own state store, through its configured backend."""
+
     def __init__(self) -> None:
         from taskstate.airflow.migrate import AirflowStore
 
         self.airflow = AirflowStore()
 
     def describe(self, scope: Target, key: str) -> str:
+        """As `Destination.describe`, naming Airflow's state store."""
         return f"Airflow's state store: {_describe(scope, key)}"
 
     def get(self, scope: Target, key: str) -> Any:
+        """As `Destination.get`; refuses a scope gone from Airflow (its run, TI or asset)."""
         gone = self.airflow.missing(scope)
         if gone is not None:
             raise click.ClickException(f"{_describe(scope, key)}: {gone.split(': ', 1)[-1]}")
         return self.airflow.get(scope, key)
 
     def set(self, scope: Target, key: str, value: Any) -> None:
+        """As `Destination.set`, stored in Airflow's store as JSON text."""
         self.airflow.set(scope, key, json.dumps(value, ensure_ascii=False))
 
 
 def destination(store: Callable[[], StateStore]) -> Destination:
+    """The store in charge: Airflow's own when its native store is active, else taskstate's."""
     from taskstate.airflow.versions import native_store_active
 
     if native_store_active():

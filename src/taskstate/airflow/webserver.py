@@ -78,16 +78,20 @@ class FabUser:
     def may_task(
         self, dag_id: str, run_id: str, task_id: str, map_index: int | None, method: Method
     ) -> bool:
+        """As `Principal.may_task`: FAB grants per DAG, so this is `may_dag`."""
         return self.may_dag(dag_id, run_id, method)
 
     def may_dag(self, dag_id: str, run_id: str | None, method: Method) -> bool:
+        """As `Principal.may_dag`: the request's method, on a DAG FAB permits, with TI access."""
         # FAB grants per DAG, never per run or task.
         return method == self.method and self.tasks_ok and dag_id in self.dag_ids
 
     def may_asset(self, asset: AssetScope, method: Method) -> bool:
+        """As `Principal.may_asset`: the request's method and FAB's dataset permission."""
         return method == self.method and self.assets_ok
 
     def may_anything(self) -> bool:
+        """Whether the user may touch any state at all (some DAG's tasks, or datasets)."""
         return (self.tasks_ok and bool(self.dag_ids)) or self.assets_ok
 
 
@@ -165,6 +169,7 @@ def _authenticate() -> bool:
 
 
 def blueprint() -> Any:
+    """The Flask blueprint that serves the HTTP API under `/taskstate` on Airflow 2's webserver."""
     from airflow.api_connexion.exceptions import Unauthenticated
     from airflow.www.app import csrf
     from flask import Blueprint, jsonify, request
