@@ -144,10 +144,25 @@ def test_clear_task_across_map_indices_and_markers(store: StateStore) -> None:
 
 
 def test_accessor_clear_all_map_indices(store: StateStore) -> None:
+    """The store's clear path without the markers: a task clears from inside a running try, and
+    the other map indices' running tries keep their attempt markers. History records who."""
     for index in (-1, 0, 1):
-        store.task_state(TaskScope("dag", "run", "task", index)).set("k", 1)
+        scope = TaskScope("dag", "run", "task", index)
+        store.task_state(scope).set("k", 1)
+        store.meta(scope).set("attempt", {"try": 1})
     store.task_state(TaskScope("dag", "run", "task", 0)).clear(all_map_indices=True)
     assert list(store.scopes()) == []
+    assert store.meta(TaskScope("dag", "run", "task", 1)).get("attempt") == {"try": 1}
+    cleared = store.task_state(TaskScope("dag", "run", "task", 1)).history("k")[0]
+    assert cleared.op == "clear" and cleared.updated_by is not None
+    assert cleared.updated_by["task_id"] == "task"
+
+
+def test_an_expired_marker_reads_as_absent(store: StateStore, clock: Clock) -> None:
+    store.meta(T).set("attempt", {"try": 1}, until=clock.now + 60)
+    assert store.meta(T).get("attempt") == {"try": 1}
+    clock.now += 60  # the expiry rule (`stored.is_live`): absent from the moment it expires
+    assert store.meta(T).get("attempt") is None
 
 
 def test_markers_are_not_state(store: StateStore) -> None:

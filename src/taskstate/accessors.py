@@ -637,14 +637,12 @@ class TaskStateStore(_Accessor):
         if not all_map_indices:
             super().clear()
             return
+        # The store's one clear path, without the markers: this is called from a running task,
+        # and the other map indices' running tries keep their attempt markers.
         scope = self.scope
-        prefix = task_prefix(scope.dag_id, scope.run_id, scope.task_id)
-        refs = self._store.objects.refs(prefix)
-        if self._history:
-            self._versioned.clear_prefix(prefix, self._stamp("clear"))
-        else:
-            self._backend.clear_prefix(prefix)
-        self._store.objects.discard_superseded(refs)
+        self._store.clear_task_rows(
+            scope.dag_id, scope.run_id, scope.task_id, None, self._writer_dict
+        )
 
     async def aset(self, key: str, value: JsonValue, *, retention: timedelta | None = None) -> None:
         """`set` for async code."""
@@ -693,9 +691,12 @@ class MetaState:
         self._ns = scope.meta_namespace
 
     def get(self, key: str) -> Any:
-        """One marker's value, or None when it is not set (markers are JSON, never offloaded)."""
+        """One marker's value, or None when it is not set or has expired (markers are JSON,
+        never offloaded)."""
         entry = self._store.backend.get(self._ns, key)
-        return None if entry is None else json.loads(entry.value)
+        if entry is None or not is_live(entry.expires_at, self._store.clock()):
+            return None
+        return json.loads(entry.value)
 
     def set(
         self, key: str, value: JsonValue, *, until: float | Expiry | None = DEFAULT_EXPIRY

@@ -284,6 +284,24 @@ class StateStore:
     ) -> int:
         """Delete a task instance's state (`map_index=None`: every map index): its rows, their
         offloaded objects and taskstate's markers. Returns how many keys went."""
+        count = self.clear_task_rows(dag_id, run_id, task_id, map_index, writer)
+        if map_index is None:
+            self.backend.clear_prefix(TaskScope(dag_id, run_id, task_id).meta_namespace[:-2])
+        else:
+            self.backend.clear(TaskScope(dag_id, run_id, task_id, map_index).meta_namespace)
+        return count
+
+    def clear_task_rows(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        map_index: int | None,
+        writer: Writer | None,
+    ) -> int:
+        """`clear_task` without taskstate's markers: the rows (one clear version each when
+        history is kept) and their offloaded objects. Returns how many keys went. Part of the
+        store's internal interface with its accessors, not the public API."""
         if map_index is None:
             prefix = task_prefix(dag_id, run_id, task_id)
             refs = self.objects.refs(prefix)
@@ -292,7 +310,6 @@ class StateStore:
                 if self.history
                 else self.backend.clear_prefix(prefix)
             )
-            self.backend.clear_prefix(TaskScope(dag_id, run_id, task_id).meta_namespace[:-2])
         else:
             scope = TaskScope(dag_id, run_id, task_id, map_index)
             refs = self.objects.refs(scope.namespace, exact=True)
@@ -301,7 +318,6 @@ class StateStore:
                 if self.history
                 else self.backend.clear(scope.namespace)
             )
-            self.backend.clear(scope.meta_namespace)
         self.objects.discard_superseded(refs)
         return count
 

@@ -32,6 +32,7 @@ from taskstate.errors import BackendError, TaskStateError
 from taskstate.history import Version
 from taskstate.scope import AssetScope, TaskScope
 from taskstate.store import ImportEntry, ImportVersion, StateStore
+from taskstate.stored import is_live
 from taskstate.writers import KINDS, Writer, import_writer
 
 
@@ -110,7 +111,7 @@ def import_lines(store: StateStore, lines: Iterable[str], *, replace: bool = Tru
                 yield _version(record, unattributed)  # history: kept whatever its expiry
                 continue
             scope, key, value, expires, updated_at, writer = _parse(record, unattributed)
-            if expires is not None and expires <= now:
+            if not is_live(expires, now):
                 at["skipped"] += 1
                 continue
             at["planned"] += 1
