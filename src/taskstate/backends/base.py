@@ -100,6 +100,7 @@ class Row(NamedTuple):
     filed under, the value's JSON text (or an offload reference), its expiry (None: never) and
     when and by whom it was last written."""
 
+    # The fields' order is the SQL backends' upsert parameter order: a `Row` is bound as is.
     namespace: str
     key: str
     value: str

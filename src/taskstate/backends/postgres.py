@@ -188,11 +188,6 @@ _UPDATE_XID = (
 )
 _XACT_STATUS = "SELECT txid_status(%s)"
 _DELETE = f"DELETE FROM {TABLE} WHERE {_KEY}"
-_DELETE_IF = (
-    _DELETE + " AND value = %s AND expires_at IS NOT DISTINCT FROM %s"
-    " AND updated_by IS NOT DISTINCT FROM %s AND updated_at = %s"
-)
-_CLEAR = f"DELETE FROM {TABLE} WHERE namespace_md5 = md5(%s)::uuid"
 # Namespaces in [lo, hi): the truncated bounds let the order index narrow the range (cutting
 # both sides of a comparison to 200 characters keeps it true in byte order).
 _RANGE = (
@@ -863,15 +858,12 @@ class PostgresBackend(HistoryBackend):
         versions: Sequence[KeyVersion] = (),
     ) -> int:
         """As `HistoryBackend.set_many`: every row (and its versions) in one transaction."""
-        params = [
-            (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
-        ]
         if stamp is not None and self.history_versions:
             return self._set_many_kept(rows, replace, stamp, versions)
 
         def body(conn: _Connection) -> tuple[int, int | None]:
             with conn.cursor() as cursor:
-                cursor.executemany(_SET if replace else _CREATE, params)
+                cursor.executemany(_SET if replace else _CREATE, rows)  # `Row` order
                 return cursor.rowcount, _txid(conn)
 
         return self._once(body, "an import")
@@ -890,10 +882,10 @@ class PostgresBackend(HistoryBackend):
                     r.namespace, r.key, r.value, r.expires_at, stamp._replace(by=r.updated_by)
                 )
                 if replace:
-                    conn.execute(_SET, (*params_row(r),))
+                    conn.execute(_SET, r)
                     conn.execute(_APPEND, params)
                     written += 1
-                elif conn.execute(_CREATE, (*params_row(r),)).rowcount:
+                elif conn.execute(_CREATE, r).rowcount:
                     conn.execute(_APPEND, params)
                     written += 1
             return written, _txid(conn)
@@ -1184,11 +1176,6 @@ _INF = float("inf")
 
 def _fetch_all(conn: psycopg.Connection[Any], *, sql: str, params: dict[str, Any]) -> list[Any]:
     return conn.execute(sql, params).fetchall()
-
-
-def params_row(r: Row) -> tuple[Any, ...]:
-    """A row's columns in `_SET` / `_CREATE` parameter order."""
-    return (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by)
 
 
 def _configure(conn: _Connection, mode: bool | None) -> None:

@@ -633,17 +633,14 @@ class SQLiteBackend(HistoryBackend):
         versions: Sequence[KeyVersion] = (),
     ) -> int:
         """As `HistoryBackend.set_many`: every row (and its versions) in one write transaction."""
-        params = [
-            (r.namespace, r.key, r.value, r.expires_at, r.updated_at, r.updated_by) for r in rows
-        ]
         with self._write_transaction(self._conn()) as conn:
             if stamp is None or not self.history_versions:
-                written: int = conn.executemany(_SET if replace else _CREATE, params).rowcount
+                written: int = conn.executemany(_SET if replace else _CREATE, rows).rowcount
                 return written
             self._import_versions(conn, versions, replace)
             written = 0
-            for row, param in zip(rows, params, strict=True):
-                if conn.execute(_SET if replace else _CREATE, param).rowcount:
+            for row in rows:
+                if conn.execute(_SET if replace else _CREATE, row).rowcount:
                     written += 1
                     self._append(
                         conn,
