@@ -537,6 +537,9 @@ def test_restore_state_as_of_undoes_a_clear_after_a_preview(served: Served, page
     instant = dialog.get_by_label("Instant (UTC)")
     expect(instant).to_be_focused()
 
+    instant.fill("yesterday")
+    dialog.get_by_role("button", name="Preview").click()
+    expect(dialog.get_by_role("alert")).to_contain_text("as YYYY-MM-DD HH:MM:SS (UTC)")
     # An instant past what history still holds is a clear message, not a wrong restore.
     instant.fill("2020-01-01T00:00:00")
     dialog.get_by_role("button", name="Preview").click()
@@ -544,7 +547,8 @@ def test_restore_state_as_of_undoes_a_clear_after_a_preview(served: Served, page
     expect(dialog.get_by_role("alert")).to_contain_text(gone)
     expect(dialog.get_by_role("button", name="Restore…")).to_be_disabled()
 
-    instant.fill(datetime.fromtimestamp(good, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S"))
+    # As the History panel writes times, so one can be pasted from it.
+    instant.fill(datetime.fromtimestamp(good, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
     dialog.get_by_role("button", name="Preview").click()
     expect(dialog).to_contain_text(
         "3 keys come back, 0 keys change back, 1 key is deleted, 0 unchanged."

@@ -419,8 +419,9 @@
       let j = 0;
       while (i < x.length || j < y.length) {
         if (i < x.length && j < y.length && x[i] === y[j]) { middle.push([" ", x[i]]); i += 1; j += 1; }
-        else if (j < y.length && (i === x.length || common[i * width + j + 1] >= common[(i + 1) * width + j])) { middle.push(["+", y[j]]); j += 1; }
-        else { middle.push(["-", x[i]]); i += 1; }
+        // On a tie the removal goes first, so a changed line reads "-" old, then "+" new.
+        else if (i < x.length && (j === y.length || common[(i + 1) * width + j] >= common[i * width + j + 1])) { middle.push(["-", x[i]]); i += 1; }
+        else { middle.push(["+", y[j]]); j += 1; }
       }
     }
     return [...a.slice(0, head).map((line) => [" ", line]), ...middle, ...a.slice(a.length - tail).map((line) => [" ", line])];
@@ -528,18 +529,23 @@
     return text;
   }
 
-  // "2026-12-01T03:00:00" from the datetime input, read in the zone the Times switch shows
-  // (UTC unless the person picked the browser's), as an ISO instant; null when incomplete.
-  function typedInstant(text) {
-    if (!/^\d{4}-\d\d-\d\dT\d\d:\d\d(:\d\d(\.\d+)?)?$/.test(text)) return null;
-    const date = new Date(local() ? text : `${text}Z`);
+  // The typed instant as an ISO one, null when it is not one: "2026-12-01 03:00[:00]" (or with
+  // a T) in the zone the Times switch shows (UTC unless the person picked the browser's); a
+  // trailing " UTC" (as the page writes times, so one can be pasted from the History panel),
+  // "Z" or "+02:00" names the zone itself.
+  function typedInstant(typed) {
+    const found = /^(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d(?::\d\d(?:\.\d+)?)?)\s*(UTC|Z|[+-]\d\d:\d\d)?$/i.exec(typed.trim());
+    if (!found) return null;
+    const [, day, clock, zone] = found;
+    const named = zone ? (/^(utc|z)$/i.test(zone) ? "Z" : zone) : local() ? "" : "Z";
+    const date = new Date(`${day}T${clock}${named}`); // no zone: the browser's (ECMAScript)
     return Number.isNaN(date.getTime()) ? null : date.toISOString();
   }
 
-  // The input's value for an instant, in the zone the Times switch shows.
+  // An instant as the input shows it: "2026-12-01 03:00:00" in the zone the Times switch shows.
   function inputText(date) {
     const shifted = local() ? new Date(date.getTime() - date.getTimezoneOffset() * 60000) : date;
-    return shifted.toISOString().slice(0, 19);
+    return shifted.toISOString().slice(0, 19).replace("T", " ");
   }
 
   // Pick the instant to restore `what` to and preview it. Resolves { instant, preview } when
@@ -547,7 +553,7 @@
   function restoreAsOfDialog(what, path, query, all) {
     return new Promise((resolve) => {
       const zone = local() ? `local time, ${Intl.DateTimeFormat().resolvedOptions().timeZone}` : "UTC";
-      const input = h("input", { id: "ts-as-of", type: "datetime-local", step: "1", required: true, value: inputText(new Date()), "aria-describedby": "ts-as-of-help" });
+      const input = h("input", { id: "ts-as-of", type: "text", inputmode: "numeric", autocomplete: "off", spellcheck: "false", required: true, value: inputText(new Date()), "aria-describedby": "ts-as-of-help", size: "22" });
       const error = h("p", { class: "ts-error", role: "alert" });
       const result = h("div", { class: "ts-preview", "aria-live": "polite" });
       const restore = h("button", { type: "button", class: "ts-danger", disabled: true, onclick: () => dialog.close("restore") }, "Restore…");
@@ -559,7 +565,8 @@
         stale();
         error.textContent = "";
         const instant = typedInstant(input.value);
-        if (!instant) { error.textContent = "Enter a date and a time."; input.focus(); return; }
+        if (!instant) { error.textContent = `Enter a date and a time as YYYY-MM-DD HH:MM:SS (${zone}), e.g. ${inputText(new Date())}.`; input.setAttribute("aria-invalid", "true"); input.focus(); return; }
+        input.removeAttribute("aria-invalid");
         if (new Date(instant) > new Date()) { error.textContent = "That instant is in the future: pick one in the past."; input.focus(); return; }
         let preview;
         try {
@@ -589,7 +596,7 @@
       h("div", { class: "ts-toolbar" },
         h("label", { for: "ts-as-of" }, `Instant (${zone})`, input),
         h("button", { type: "submit", class: "ts-primary" }, "Preview")),
-      h("p", { id: "ts-as-of-help", class: "ts-meta" }, `Date and time to the second, in ${zone} (the Times switch on top changes it).`),
+      h("p", { id: "ts-as-of-help", class: "ts-meta" }, `YYYY-MM-DD HH:MM:SS in ${zone} (the Times switch on top changes it; a time ending in UTC, Z or +02:00 says its own zone). A time from the History panel can be pasted.`),
       error, result,
       h("div", { class: "ts-buttons" },
         h("button", { type: "button", onclick: () => dialog.close("cancel") }, "Cancel"), restore));
