@@ -560,6 +560,16 @@ def test_restore_state_as_of_undoes_a_clear_after_a_preview(served: Served, page
     dialog.get_by_role("button", name="Restore…").click()
     confirm = page.get_by_role("alertdialog", name=re.compile("Restore the state of task load"))
     expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
+    load.set("fresh", 2)  # a write after the preview: what it showed is no longer so
+    confirm.get_by_role("button", name="Restore state").click()
+    expect(page.get_by_role("alert")).to_contain_text("The state changed since the preview")
+    assert load.get("fresh") == 2 and load.get("offset") is None  # nothing restored
+
+    page.get_by_role("button", name="Restore state as of…").click()
+    instant.fill(datetime.fromtimestamp(good, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    dialog.get_by_role("button", name="Preview").click()
+    expect(changes.locator("tr", has_text="fresh")).to_contain_text("deleted (created since)")
+    dialog.get_by_role("button", name="Restore…").click()
     confirm.get_by_role("button", name="Restore state").click()
     done = re.compile(r"^Restored 3 keys of task load as of ")
     expect(page.get_by_role("status")).to_have_text(done)
@@ -568,6 +578,15 @@ def test_restore_state_as_of_undoes_a_clear_after_a_preview(served: Served, page
     ui = {"kind": "api", "via": "ui", "subject": "anonymous"}
     assert load.history("job", 1)[0].updated_by == ui
     expect(row(page, "job")).to_be_visible()
+
+    # Every map index at once, from the "All map indices" view: nothing changed since then.
+    page.goto(task_url(served, "mapped", "all"))
+    page.get_by_role("button", name="Restore state as of…").click()
+    instant.fill(datetime.fromtimestamp(good, timezone.utc).strftime("%Y-%m-%d %H:%M:%S"))
+    dialog.get_by_role("button", name="Preview").click()
+    expect(dialog).to_contain_text("0 keys are deleted, 3 unchanged.")
+    expect(changes.locator("tbody tr").first).to_contain_text("0part")  # map index, key
+    expect(dialog.get_by_role("button", name="Restore…")).to_be_disabled()
 
 
 def test_read_only_users_see_history_but_no_restore(secured: Served, page: Page) -> None:
