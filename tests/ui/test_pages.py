@@ -305,7 +305,7 @@ def test_sign_in_with_a_token_and_read_only_users_change_nothing(
     )
     page.get_by_role("button", name="Use token").click()
     expect(row(page, "offset")).to_be_visible()
-    expect(page.get_by_text("Read-only: you may see this state but not change it.")).to_be_visible()
+    expect(page.get_by_text("Read-only: you may see this state and its history")).to_be_visible()
     for name in ("Add key", "Clear task instance", "Edit offset", "Delete offset"):
         expect(page.get_by_role("button", name=name)).to_have_count(0)
     # The server refuses what the page hides, with the page's own credentials.
@@ -446,8 +446,8 @@ def test_history_panel_shows_who_when_and_restores_behind_confirmation_and_if_ma
     expect(rows.nth(0)).to_contain_text("cli: alice")
     expect(rows.nth(0)).to_contain_text("current")
     expect(rows.nth(1)).to_contain_text("task etl.load, run run1")
-    expect(rows.nth(1).locator("td").nth(1)).to_have_text("set")
-    expect(rows.nth(1).locator("td").nth(3).locator("time")).to_have_attribute(
+    expect(rows.nth(1).locator('td[data-label="Operation"]')).to_have_text("set")
+    expect(rows.nth(1).locator('td[data-label="Updated at"] time')).to_have_attribute(
         "datetime", re.compile(r"^\d{4}-\d\d-\d\dT")
     )
     panel.get_by_role("button", name="Restore version 1").click()
