@@ -156,8 +156,12 @@ def test_admin_sees_edits_deletes_and_clears(
             assert store.task_state(load).get("job") is None
             assert store.task_state(load).get("note") == "written by the DAG run"
 
+        # Then the undo of the clear, through Airflow's authorisation (and CSRF on 2.x): on one
+        # version of each (the page and its writes are the same on the others; suite time).
+        restores = deployment.version in ("3.2", "2.11")
         good = math.ceil(time.time())  # a whole second before the clear: the input's precision
-        time.sleep(max(0.0, good - time.time()) + 0.05)
+        if restores:
+            time.sleep(max(0.0, good - time.time()) + 0.05)
         view.get_by_role("button", name="Clear task instance").click()
         view.get_by_role("alertdialog").get_by_role("button", name="Clear task instance").click()
         expect(view.get_by_text("This task instance holds no state.")).to_be_visible()
@@ -166,7 +170,8 @@ def test_admin_sees_edits_deletes_and_clears(
             mapped = TaskScope("ts_ui", run_id, "export", 1)
             assert store.task_state(mapped).get("cursor") == {"page": 2}  # other tasks kept
 
-        # The undo of the clear, through Airflow's authorisation (and CSRF on 2.x).
+        if not restores:
+            return
         view.get_by_role("button", name="Restore state as of…").click()
         dialog = view.get_by_role("dialog", name="Restore state as of…")
         instant = datetime.fromtimestamp(good, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
