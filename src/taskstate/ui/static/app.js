@@ -469,10 +469,15 @@
       const compare = versions.length > 1;
       let from = compare ? 1 : 0;
       let to = 0;
-      const diff = h("section", { class: "ts-diff-box", "aria-labelledby": "ts-diff-title", "aria-live": "polite" });
+      const diff = h("section", { class: "ts-diff-box", "aria-labelledby": "ts-diff-title" });
+      // Announced on each pick, briefly: the whole diff stays readable below it.
+      const told = h("p", { class: "ts-visually-hidden", "aria-live": "polite" });
       const showDiff = () => {
         const [older, newer] = [versions[from], versions[to]];
-        diff.replaceChildren(h("h3", { id: "ts-diff-title" }, `Changes from version ${older.version} to version ${newer.version}`), ...diffView(older, newer));
+        const title = `Changes from version ${older.version} to version ${newer.version}`;
+        const shown = diffView(older, newer);
+        diff.replaceChildren(h("h3", { id: "ts-diff-title" }, title), ...shown);
+        told.textContent = `${title}: ${shown[0].textContent}`;
       };
       const radio = (name, i, label) => h("input", {
         type: "radio", name, value: String(i), checked: (name === "ts-from" ? from : to) === i, "aria-label": label,
@@ -490,7 +495,7 @@
         versions.length
           ? table(`Versions of ${key}, newest first`, columns, rows)
           : h("p", { class: "ts-empty" }, "No versions are kept for this key (history is off, or it was written before history was on)."),
-        compare ? diff : null,
+        compare ? [told, diff] : null,
         h("div", { class: "ts-buttons" }, h("button", { type: "button", onclick: () => dialog.close("close") }, "Close")));
       if (compare) showDiff();
       dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "restore" ? picked : null); });
@@ -555,10 +560,11 @@
       const zone = local() ? `local time, ${Intl.DateTimeFormat().resolvedOptions().timeZone}` : "UTC";
       const input = h("input", { id: "ts-as-of", type: "text", inputmode: "numeric", autocomplete: "off", spellcheck: "false", required: true, value: inputText(new Date()), "aria-describedby": "ts-as-of-help", size: "22" });
       const error = h("p", { class: "ts-error", role: "alert" });
-      const result = h("div", { class: "ts-preview", "aria-live": "polite" });
+      const result = h("div", { class: "ts-preview" });
+      const told = h("p", { class: "ts-visually-hidden", "aria-live": "polite" }); // the summary, announced
       const restore = h("button", { type: "button", class: "ts-danger", disabled: true, onclick: () => dialog.close("restore") }, "Restore…");
       let shown = null; // { instant, preview } the result shows
-      const stale = () => { shown = null; restore.disabled = true; result.replaceChildren(); };
+      const stale = () => { shown = null; restore.disabled = true; result.replaceChildren(); told.textContent = ""; };
       input.addEventListener("input", stale);
       const form = h("form", { novalidate: true, onsubmit: async (event) => {
         event.preventDefault();
@@ -587,6 +593,7 @@
             ? table(`What restoring as of ${timeText(instant)} changes`, [...(all ? ["Map index"] : []), "Key", "What happens", "Value now", "Value then"],
               preview.changes.map((c) => [...(all ? [c.map_index] : []), cell("ts-key", c.key), happens(c), shownValue(c.now), shownValue(c.then)]))
             : h("p", { class: "ts-empty" }, "It held no state then, and holds none now that history knows of: nothing to restore."));
+        told.textContent = heading;
         shown = { instant, preview };
         restore.disabled = !(back.length || changed.length || gone.length);
         if (!restore.disabled) restore.focus();
@@ -597,7 +604,7 @@
         h("label", { for: "ts-as-of" }, `Instant (${zone})`, input),
         h("button", { type: "submit", class: "ts-primary" }, "Preview")),
       h("p", { id: "ts-as-of-help", class: "ts-meta" }, `YYYY-MM-DD HH:MM:SS in ${zone} (the Times switch on top changes it; a time ending in UTC, Z or +02:00 says its own zone). A time from the History panel can be pasted.`),
-      error, result,
+      error, told, result,
       h("div", { class: "ts-buttons" },
         h("button", { type: "button", onclick: () => dialog.close("cancel") }, "Cancel"), restore));
       const dialog = h("dialog", { class: "ts-history", "aria-labelledby": "ts-as-of-title", "aria-describedby": "ts-as-of-text" }, form);
