@@ -176,7 +176,7 @@ def check(
 # Its own waits: starting the deployment (240 s) and the run (600 s), after migrating.
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize(("version", "dag_id", "tasks"), [
-    ("3.2", "ts_providers_ours", EVERY + FOREIGN),
+    ("3.2", "ts_providers_ours_each_point", EACH_POINT),
     ("2.10", "ts_providers_ours_each_point", EACH_POINT),
 ])  # fmt: skip
 def test_sigkilled_at_each_point_one_job_per_logical_job(
@@ -217,7 +217,7 @@ def test_dags_test_every_point_and_deferrable_one_job_per_logical_job(
         home_33.dags_test("ts_providers_ours_dags_test", env=env)
         found = reports(Path(endpoints["out"]))
         jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
-    check(EVERY + DEFERRED, Path(endpoints["out"]), jobs)
+    check(EVERY + DEFERRED + FOREIGN, Path(endpoints["out"]), jobs, endpoints["foreign"])
 
 
 PROBE = """
