@@ -41,15 +41,15 @@ KILLS = ("in_window", "after_persist", "while_polling")
 OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
 EVERY = [f"{op}_{point}" for op in OPERATORS for point in KILLS]
 FOREIGN = [f"{op}_foreign_id" for op in OPERATORS]
-# One task per operator, the three kill points among them (the DAG's `ts_providers_ours_each_point`)
 EACH_POINT = [
-    "athena_while_polling",
-    "batch_after_persist",
-    "ecs_in_window",
-    "dbt_cloud_in_window",
-    "airbyte_in_window",
+    f"{op}_{point}"
+    for op, point in zip(
+        OPERATORS, ("while_polling", "after_persist", *["in_window"] * 3), strict=True
+    )
 ]
 DEFERRED = [f"{op}_before_defer" for op in OPERATORS]
+# The DAG's `ts_providers_ours_each_point` (the scheduler runs) is EACH_POINT; its
+# `ts_providers_ours_dags_test` is EVERY + DEFERRED + FOREIGN.
 
 
 def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:

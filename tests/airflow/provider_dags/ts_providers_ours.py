@@ -60,12 +60,13 @@ except ImportError:  # Airflow 2
 KILLS = ("in_window", "after_persist", "while_polling")
 POINTS = (*KILLS, "before_defer", "foreign_id")
 OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
+# Each operator at one kill point, the three points among them: Athena while polling, Batch
+# after the id is saved, ECS, dbt Cloud and Airbyte inside the window (their `find_job`).
 EACH_POINT = [
-    "athena_while_polling",
-    "batch_after_persist",
-    "ecs_in_window",
-    "dbt_cloud_in_window",
-    "airbyte_in_window",
+    f"{op}_{point}"
+    for op, point in zip(
+        OPERATORS, ("while_polling", "after_persist", *["in_window"] * 3), strict=True
+    )
 ]
 DAGS_TEST = [
     f"{op}_{point}" for op in OPERATORS for point in (*KILLS, "before_defer", "foreign_id")
