@@ -6,14 +6,13 @@ and Airbyte (tests/job_services.py); each counts the jobs it accepted and holds 
 until the task's waiting try lists it as released, so every point is reached with the job
 running, whatever the load. One DAG run per version:
 
-- Airflow 3.2, the shared running deployment (scheduler + LocalExecutor): every operator SIGKILLed
-  at every kill point, and every operator starting with the id of another client's job in its
-  state (`verify_job` must refuse it);
-- Airflow 2.10, its shared deployment (scheduler + SequentialExecutor, one try at a time, with
-  2.10's older provider releases): every kill point, each operator once;
+- Airflow 3.2, the shared running deployment (scheduler + LocalExecutor), and Airflow 2.10's
+  (scheduler + SequentialExecutor, one try at a time, 2.10's older provider releases): try 1
+  SIGKILLed, every kill point its own task, each operator once;
 - Airflow 3.3, `airflow dags test` (tasks in the command's own process: the fault is an
-  exception): every operator at every kill point, and every operator in deferrable mode failed
-  after saving the id, before `defer()`.
+  exception, and a try costs little): every operator at every kill point; every operator in
+  deferrable mode failed after saving the id, before `defer()`; and every operator starting
+  with the id of another client's job in its state (`verify_job` must refuse it).
 
 The DAG: tests/airflow/provider_dags/ts_providers_ours.py.
 """
