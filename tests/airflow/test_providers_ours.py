@@ -6,9 +6,12 @@ and Airbyte (tests/job_services.py); each counts the jobs it accepted and holds 
 until the task's waiting try lists it as released, so every point is reached with the job
 running, whatever the load. One DAG run per version:
 
-- Airflow 3.2, the shared running deployment (scheduler + LocalExecutor), and Airflow 2.10's
-  (scheduler + SequentialExecutor, one try at a time, 2.10's older provider releases): try 1
-  SIGKILLed, every kill point its own task, each operator once;
+- Airflow 3.2, the shared running deployment (scheduler + LocalExecutor): try 1 SIGKILLed,
+  every kill point its own task, each operator once;
+- Airflow 2.10, its shared deployment (scheduler + SequentialExecutor, one try at a time, 2.10's
+  older provider releases): try 1 SIGKILLed, every kill point its own task, one operator of
+  each provider package (Airbyte inside the window, ECS while polling, dbt Cloud after the id
+  is saved);
 - Airflow 3.3, `airflow dags test` (tasks in the command's own process: the fault is an
   exception, and a try costs little): every operator at every kill point; every operator in
   deferrable mode failed after saving the id, before `defer()`; and every operator starting
@@ -46,9 +49,10 @@ EACH_POINT = [
         OPERATORS, ("while_polling", "after_persist", *["in_window"] * 3), strict=True
     )
 ]
+SEQUENTIAL = ["airbyte_in_window", "ecs_while_polling", "dbt_cloud_after_persist"]
 DEFERRED = [f"{op}_before_defer" for op in OPERATORS]
-# The DAG's `ts_providers_ours_each_point` (the scheduler runs) is EACH_POINT; its
-# `ts_providers_ours_dags_test` is EVERY + DEFERRED + FOREIGN.
+# The DAG's `ts_providers_ours_each_point` is EACH_POINT, `ts_providers_ours_sequential`
+# SEQUENTIAL, `ts_providers_ours_dags_test` EVERY + DEFERRED + FOREIGN.
 
 
 def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:
@@ -176,7 +180,7 @@ def check(
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize(("version", "dag_id", "tasks"), [
     ("3.2", "ts_providers_ours_each_point", EACH_POINT),
-    ("2.10", "ts_providers_ours_each_point", EACH_POINT),
+    ("2.10", "ts_providers_ours_sequential", SEQUENTIAL),
 ])  # fmt: skip
 def test_sigkilled_at_each_point_one_job_per_logical_job(
     version: str, dag_id: str, tasks: list[str], deployments: Deployments, tmp_path: Path

@@ -13,13 +13,14 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
 
 The fault is a SIGKILL of the task process under a scheduler, an exception under `dags test`:
 TS_PROVIDER_FAULT = kill | raise | none. DAGs: `ts_providers_ours_each_point` (every kill point,
-each operator once: the scheduler runs), `ts_providers_ours_dags_test` (every operator at every
-point: `dags test` on 3.3) and `ts_providers_ours_kills` (every operator at the three kill
-points: the bench); with TS_PROVIDERS_UPSTREAM set, another, `ts_providers_upstream`, runs the
-providers' own classes at the kill points. Where the services are: the run's conf, else the
-TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`, `ca`, `out`, `released`),
-applied to the task process's environment (connections, the fake's CA bundle) before the
-operator runs.
+each operator once: 3.2's scheduler), `ts_providers_ours_sequential` (every kill point, one
+operator of each provider package: 2.10's sequential executor), `ts_providers_ours_dags_test`
+(every operator at every point: `dags test` on 3.3) and `ts_providers_ours_kills` (every
+operator at the three kill points: the bench); with TS_PROVIDERS_UPSTREAM set, another,
+`ts_providers_upstream`, runs the providers' own classes at the kill points. Where the services
+are: the run's conf, else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`,
+`ca`, `out`, `released`), applied to the task process's environment (connections, the fake's
+CA bundle) before the operator runs.
 
 Each job names its logical job (`<run_id>|<task_id>`) in what the service records: the query,
 the Batch job's parameters, the ECS container's environment, the dbt run's cause, the Airbyte
@@ -68,6 +69,10 @@ EACH_POINT = [
         OPERATORS, ("while_polling", "after_persist", *["in_window"] * 3), strict=True
     )
 ]
+# The three provider packages once each, at a kill point each, with the code their 2.10
+# releases differ in most: Airbyte's `find_job` (the airbyte_api client), ECS's waiter, dbt
+# Cloud's run status.
+SEQUENTIAL = ["airbyte_in_window", "ecs_while_polling", "dbt_cloud_after_persist"]
 DAGS_TEST = [
     f"{op}_{point}" for op in OPERATORS for point in (*KILLS, "before_defer", "foreign_id")
 ]
@@ -382,8 +387,10 @@ def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any]) -> None:
 
 
 _dag("ts_providers_ours_kills", [f"{op}_{p}" for op in OPERATORS for p in KILLS], OURS)
-# Under a scheduler (SIGKILL, a task process per try): every kill point, each operator once.
+# Under a scheduler (SIGKILL, a task process per try): every kill point, each operator once;
+# under a sequential executor (one try at a time, ~7 s each on Airflow 2.10 idle), three tasks.
 _dag("ts_providers_ours_each_point", EACH_POINT, OURS)
+_dag("ts_providers_ours_sequential", SEQUENTIAL, OURS)
 # `dags test` (every try in the command's process, the fault an exception, a try costs little):
 # every operator at every point, deferrable mode included (the command runs each trigger
 # inline; a held job ends once its task defers on it).
