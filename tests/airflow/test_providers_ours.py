@@ -13,7 +13,8 @@ running, whatever the load. One DAG run per version:
   each provider package (Airbyte inside the window, ECS while polling, dbt Cloud after the id
   is saved);
 - Airflow 3.3, `airflow dags test` (tasks in the command's own process: the fault is an
-  exception, and a try costs little): every operator at every kill point; every operator in
+  exception, and a try costs little): every operator inside the window and after saving the
+  id, Batch while polling too (the retry's path is the one after saving the id); every operator in
   deferrable mode failed after saving the id, before `defer()`; and every operator starting
   with the id of another client's job in its state (`verify_job` must refuse it).
 
@@ -41,7 +42,9 @@ pytestmark = pytest.mark.airflow
 DAG_FILE = Path(__file__).with_name("provider_dags") / "ts_providers_ours.py"
 KILLS = ("in_window", "after_persist", "while_polling")
 OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
-EVERY = [f"{op}_{point}" for op in OPERATORS for point in KILLS]
+# Every operator inside the window and after the id is saved; while polling (whose retry
+# reconnects as after the id is saved) Batch on 3.3, others under the schedulers.
+EVERY = [f"{op}_{p}" for op in OPERATORS for p in KILLS[:2]] + ["batch_while_polling"]
 FOREIGN = [f"{op}_foreign_id" for op in OPERATORS]
 EACH_POINT = [
     f"{op}_{point}"
@@ -211,7 +214,7 @@ def test_dags_test_every_point_and_deferrable_one_job_per_logical_job(
     home_33: AirflowHome, tmp_path: Path
 ) -> None:
     """`dags test` runs the tasks in its own process, so a fault is an exception: every operator
-    fails inside the window (the id's write fails), after saving the id, and while polling; and,
+    fails inside the window (the id's write fails) and after saving the id, Batch while polling;
     in deferrable mode, after saving the id and before `defer()`: its try 2 defers on that job
     with the provider's own trigger (which the command runs inline) and completes it from the
     task's state (`via` execute_complete)."""

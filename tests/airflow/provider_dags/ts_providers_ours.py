@@ -15,7 +15,8 @@ The fault is a SIGKILL of the task process under a scheduler, an exception under
 TS_PROVIDER_FAULT = kill | raise | none. DAGs: `ts_providers_ours_each_point` (every kill point,
 each operator once: 3.2's scheduler), `ts_providers_ours_sequential` (every kill point, one
 operator of each provider package: 2.10's sequential executor), `ts_providers_ours_dags_test`
-(every operator at every point: `dags test` on 3.3) and `ts_providers_ours_kills` (every
+(every operator at every point but `while_polling`, which Batch has: `dags test` on 3.3) and
+`ts_providers_ours_kills` (every
 operator at the three kill points: the bench); with TS_PROVIDERS_UPSTREAM set, another,
 `ts_providers_upstream`, runs the providers' own classes at the kill points. Where the services
 are: the run's conf, else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`,
@@ -73,9 +74,13 @@ EACH_POINT = [
 # releases differ in most: Airbyte's `find_job` (the airbyte_api client), ECS's waiter, dbt
 # Cloud's run status.
 SEQUENTIAL = ["airbyte_in_window", "ecs_while_polling", "dbt_cloud_after_persist"]
+# A retry after `while_polling` takes the same path as after `after_persist` (reconnect to the
+# saved id): every operator at `after_persist`, and Batch at both.
 DAGS_TEST = [
-    f"{op}_{point}" for op in OPERATORS for point in (*KILLS, "before_defer", "foreign_id")
-]
+    f"{op}_{point}"
+    for op in OPERATORS
+    for point in ("in_window", "after_persist", "before_defer", "foreign_id")
+] + ["batch_while_polling"]
 FOREIGN_TOKEN = "ts-" + "f" * 40
 
 
@@ -392,8 +397,8 @@ _dag("ts_providers_ours_kills", [f"{op}_{p}" for op in OPERATORS for p in KILLS]
 _dag("ts_providers_ours_each_point", EACH_POINT, OURS)
 _dag("ts_providers_ours_sequential", SEQUENTIAL, OURS)
 # `dags test` (every try in the command's process, the fault an exception, a try costs little):
-# every operator at every point, deferrable mode included (the command runs each trigger
-# inline; a held job ends once its task defers on it).
+# every operator at each point, deferrable mode included (the command runs each trigger inline;
+# a held job ends once its task defers on it).
 _dag("ts_providers_ours_dags_test", DAGS_TEST, OURS)
 if os.environ.get("TS_PROVIDERS_UPSTREAM"):  # the bench's baseline: the providers' own classes
     _dag(
