@@ -25,7 +25,7 @@ for v in $(for v in "${versions[@]}"; do echo "${seconds[$v]:-300} $v"; done | s
     lanes[$i]="${lanes[$i]:+${lanes[$i]} }$v"
     totals[$i]=$(( totals[i] + ${seconds[$v]:-300} ))
 done
-logs=$(mktemp -d "${TMPDIR:-/tmp}/taskstate-airflow-XXXXXX")
+logs=${TASKSTATE_AIRFLOW_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/taskstate-airflow-XXXXXX")}
 pids=()
 start=$SECONDS
 for i in 0 1; do
