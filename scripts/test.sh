@@ -3,10 +3,11 @@
 # Each stage builds and starts what it needs (PostgreSQL on loopback, pinned Airflow envs).
 # Every Airflow version runs, whatever TASKSTATE_AIRFLOW_VERSIONS says: a green run of this
 # script is the README's claim. To work on one version, run scripts/test-airflow.sh directly.
-# The Airflow stage (scripts/test-airflow.sh, two lanes) runs in the background from the start:
-# its lanes spend much of their time waiting on schedulers and task processes, so the static
-# checks and the unit stage run beside it (docs/testing.md: the measured figures). Every stage
-# runs to its end and the run fails if any failed; the arguments go to the unit stage's pytest.
+# The Airflow stage (scripts/test-airflow.sh, two lanes) runs in the background from the start,
+# and the static checks and the unit stage beside it: they use what the lanes leave of the CPU
+# while they wait (on servers starting, schedulers, task processes) instead of running before
+# them (docs/testing.md: what that saves). Every stage runs to its end and the run fails if any
+# failed; the arguments go to the unit stage's pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 T0=$SECONDS
