@@ -11,21 +11,17 @@ versions=(${TASKSTATE_AIRFLOW_VERSIONS:-2.10 2.11 3.0 3.1 3.2 3.3})
 for v in "${versions[@]}"; do bash scripts/airflow-env.sh "$v" >/dev/null; done
 # Lanes balanced by each version's time (seconds on an idle 2-core machine, its deployments
 # and its tests that name no version included): the longest first, each into the lane with
-# less time so far. From the junit times of a whole run at load ~2 (2026-12-01 17:59 UTC: 3.2
-# 645, 3.3 370, 2.10 292, 2.11 287, 3.1 191, 3.0 135), then the changes after it: the plugin
-# and page tests on 3.0 and 3.1 (+80 s each, as they took on 3.2) and 2.10 (+120, as on 2.11,
-# its deployment start included), the 2.10 provider run on two operators without that start
-# (107 -> 40), the 3.2 Celery tests on one deployment (-80), 3.3's provider run in the window
-# only (-25). junit_check prints each lane's "time by version": correct the table from an
-# idle run.
-declare -A seconds=([2.10]=345 [2.11]=290 [3.0]=215 [3.1]=270 [3.2]=560 [3.3]=345)
+# less time so far. The figures are the "time by version" that junit_check --union prints at
+# the end of a whole run; these from the idle run of 2026-12-01 20:16 UTC (lanes 1,151 and
+# 1,171 s). Correct them from an idle run when a change moves them.
+declare -A seconds=([2.10]=353 [2.11]=312 [3.0]=211 [3.1]=249 [3.2]=624 [3.3]=554)
 lanes=("" "") totals=(0 0)
 for v in $(for v in "${versions[@]}"; do echo "${seconds[$v]:-300} $v"; done | sort -rn | cut -d' ' -f2); do
     i=$(( totals[1] < totals[0] ? 1 : 0 ))
     lanes[$i]="${lanes[$i]:+${lanes[$i]} }$v"
     totals[$i]=$(( totals[i] + ${seconds[$v]:-300} ))
 done
-logs=$(mktemp -d "${TMPDIR:-/tmp}/taskstate-airflow-XXXXXX")
+logs=${TASKSTATE_AIRFLOW_LOGS:-$(mktemp -d "${TMPDIR:-/tmp}/taskstate-airflow-XXXXXX")}
 pids=()
 start=$SECONDS
 for i in 0 1; do

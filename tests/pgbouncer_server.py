@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from tests.postgres_server import PostgresServer, debian_command, free_port
+from tests.postgres_server import START_TIMEOUT, PostgresServer, debian_command, free_port
 
 
 class PgBouncer:
@@ -95,7 +95,7 @@ class PgBouncer:
             cmd = ["runuser", "-u", user, "--", *cmd]
         (self.root / "pgbouncer.pid").unlink(missing_ok=True)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + START_TIMEOUT
         while True:
             try:
                 self.show("VERSION")

@@ -78,12 +78,17 @@ def stop_server(proc: subprocess.Popen[bytes], grace: float = 60) -> None:
         proc.wait()
 
 
+# How long a loopback server (PostgreSQL, PgBouncer, redis, moto, `taskstate serve`) may take to
+# answer after its start: moto's server took over 30 s to import at a load of 20, and the unit
+# stage runs beside the Airflow lanes (scripts/test.sh). A server that exits fails at once.
+START_TIMEOUT = 120.0
+
+
 def wait_for_port(
-    port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 120
+    port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = START_TIMEOUT
 ) -> None:
     """Until a server started as `proc` accepts connections on 127.0.0.1:`port`; raises with
-    `what` (say where its log is) if it exits first or takes longer than `timeout` (moto's
-    server took over 30 s to import at a load of 20)."""
+    `what` (say where its log is) if it exits first or takes longer than `timeout`."""
     deadline = time.monotonic() + timeout
     while True:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 1):

@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.postgres_server import debian_command, free_port
+from tests.postgres_server import START_TIMEOUT, debian_command, free_port
 
 
 @contextmanager
@@ -26,7 +26,7 @@ def running_redis() -> Iterator[str]:
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + START_TIMEOUT
         while True:
             try:
                 with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:

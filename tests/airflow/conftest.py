@@ -9,6 +9,7 @@ import pytest
 from tests.airflow.deployment import Deployments
 from tests.airflow.harness import (
     EXAMPLE_DAGS,
+    MIGRATE_TIMEOUT,
     TEST_DAGS,
     AirflowHome,
     not_selected,
@@ -34,6 +35,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(skip)
         return
     known = set(pinned())
+    # Whichever test first needs a version's Airflow home waits for its template database
+    # before its own waits: one without an explicit timeout gets the suite's default plus that.
+    timeout = pytest.mark.timeout(float(items[0].config.getini("timeout")) + MIGRATE_TIMEOUT)
+    for item in items:
+        if item.get_closest_marker("airflow") and not item.get_closest_marker("timeout"):
+            item.add_marker(timeout)
 
     def named(item: pytest.Item) -> set[str]:
         params = getattr(getattr(item, "callspec", None), "params", {})

@@ -71,6 +71,9 @@ def checkout_overlay(env: Path, target: Path) -> Path:
 
 
 _MIGRATED: dict[str, Path] = {}
+# The wait for a version's template database (`airflow db migrate` once per lane): the first
+# test of that version to need an Airflow home pays it before its own waits (conftest.py).
+MIGRATE_TIMEOUT = 900
 
 
 def migrated_db(version: str) -> Path:
@@ -86,7 +89,7 @@ def migrated_db(version: str) -> Path:
             [str(env / "bin" / "airflow"), "db", "migrate"],
             env={**base, "AIRFLOW_HOME": str(root), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                  "PYTHONPATH": str(checkout_overlay(env, root / "taskstate-checkout"))},
-            cwd=root, check=True, capture_output=True, timeout=900,
+            cwd=root, check=True, capture_output=True, timeout=MIGRATE_TIMEOUT,
         )  # fmt: skip
         _MIGRATED[version] = root / "airflow.db"
     return _MIGRATED[version]

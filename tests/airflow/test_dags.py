@@ -11,7 +11,10 @@ from tests.airflow.harness import DATE, AirflowHome
 
 from taskstate.scope import task_prefix
 
-pytestmark = pytest.mark.airflow
+# The harness waits up to 600 s for each Airflow process; the re-run test starts six (`dags
+# test`, `tasks clear`, four `tasks test`): at a load of 50-80 they took over the suite's
+# default 600 s per test together, and it failed though every process ended.
+pytestmark = [pytest.mark.airflow, pytest.mark.timeout(6 * 600)]
 
 
 def test_every_task_gets_its_stores(airflow_home: AirflowHome) -> None:

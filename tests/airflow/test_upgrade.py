@@ -32,7 +32,10 @@ from taskstate.airflow.migrate import MIGRATED_KEY
 from taskstate.scope import task_prefix
 from taskstate.settings import Settings
 
-pytestmark = [pytest.mark.airflow, pytest.mark.postgres]
+# A test here may wait for an Airflow home's `db migrate` on PostgreSQL (the module's fixture,
+# or the 3.3 upgrade: 600 s), a taskstate command (300 s) and an Airflow run (600 s): more than
+# the suite's default 600 s per test together.
+pytestmark = [pytest.mark.airflow, pytest.mark.postgres, pytest.mark.timeout(1800)]
 
 DAG = Path(__file__).with_name("upgrade_dags") / "ts_upgrade.py"
 DATE = "2025-01-01"

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 
 import uvicorn
 from starlette.types import ASGIApp
+from tests.postgres_server import START_TIMEOUT
 
 
 @contextmanager
@@ -26,7 +27,7 @@ def running(app: ASGIApp) -> Iterator[str]:
     server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + START_TIMEOUT
     while not server.started:
         if not thread.is_alive() or time.monotonic() > deadline:
             raise RuntimeError("uvicorn did not start")

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.api.conftest import SECRET
+from tests.postgres_server import START_TIMEOUT
 
 TASKSTATE = [sys.executable, "-m", "taskstate"]
 
@@ -47,7 +48,7 @@ def serving(
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT
         while True:
             try:
                 httpx.get(f"{base}/taskstate/health", timeout=1)
@@ -59,7 +60,7 @@ def serving(
         yield base, proc
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.wait(20)
+        proc.wait(60)
 
 
 def test_open_server_on_loopback_says_so(tmp_path: Path) -> None:

@@ -26,6 +26,7 @@ import pytest
 from tests.api.server import running
 from tests.http_proxy import running_proxy
 from tests.job_services import _certificate
+from tests.postgres_server import START_TIMEOUT
 from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
 from tests.test_processes import race_compare_and_set
@@ -71,7 +72,7 @@ class Server:
                  "AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES": "0", **(env or {})},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + START_TIMEOUT
         while True:
             try:
                 if httpx.get(self.url + "/health").status_code == 200:

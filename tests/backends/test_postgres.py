@@ -707,3 +707,27 @@ def test_any_text_is_refused_typed_or_round_trips_on_postgres(
 ) -> None:
     with StateStore(backend=backend_url, settings=Settings()) as store:
         round_trip_or_typed_error(store, dag_id, key)
+
+
+@pytest.mark.parametrize("versions", [20, 0])
+def test_an_import_failing_at_write_time_writes_nothing(
+    fresh_postgres_url: str, versions: int
+) -> None:
+    """All or nothing on PostgreSQL too (issue 28): row 500 of 1,000 passes every check but
+    the server refuses it (a CHECK constraint this test adds); the 500 rows before it, already
+    executed in the import's transaction, are rolled back with it. With history on, each row
+    is its own statement (and a version); off, one executemany."""
+    PostgresBackend(fresh_postgres_url).migrate()
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        conn.execute(
+            "ALTER TABLE taskstate_entries ADD CONSTRAINT refuse_k500 CHECK (key <> 'k500')"
+        )
+    with StateStore(fresh_postgres_url, settings=Settings(history_versions=versions)) as store:
+        accessor = store.task_state(TaskScope("d", "r", "t"))
+        accessor.set("old", 1)
+        entries = [(accessor.scope, f"k{i}", i, None, None, None) for i in range(1000)]
+        with pytest.raises(BackendError, match="refuse_k500"):
+            store.import_entries(entries)
+        assert accessor.keys() == ["old"]
+        assert store.import_entries(entries[:3]) == 3  # the store still writes afterwards
+        assert accessor.keys() == ["k0", "k1", "k2", "old"]
