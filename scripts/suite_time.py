@@ -69,7 +69,6 @@ ADDITIONS: dict[int, tuple[str, float, list[str]]] = {
             "tests/resumable/test_kill_points.py::test_deferrable_without_token_only_the_window_duplicates",
             "tests/airflow/test_resumable_kill.py::test_a_watcher_killed_right_after_yielding_makes_no_duplicate_event",
             "tests/airflow/test_resumable_kill.py::test_deferrable_worker_and_triggerer_kills_leave_one_job_each",
-            "tests/airflow/test_providers_ours.py::test_dags_test_deferrable_failed_before_defer_one_job_each",
         ],
     ),
     26: (
@@ -81,6 +80,8 @@ ADDITIONS: dict[int, tuple[str, float, list[str]]] = {
             "tests/test_cli.py::test_task_and_asset_history_and_restore",
             "tests/ui/test_pages.py::test_history_panel_shows_who_when_and_restores_behind_confirmation_and_if_match",
             "tests/ui/test_pages.py::test_read_only_users_see_history_but_no_restore",
+            "tests/ui/test_pages.py::test_history_diff_of_any_two_versions_marks_what_changed",
+            "tests/ui/test_pages.py::test_restore_state_as_of_undoes_a_clear_after_a_preview",
             "tests/airflow/test_api_plugin.py::test_history_routes_inside_airflow_with_airflows_permissions",
         ],
     ),
