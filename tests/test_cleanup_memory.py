@@ -118,3 +118,31 @@ def test_the_offload_backend_still_sweeps_a_set_of_references(tmp_path: Path) ->
     assert worker.sweep({refs[0]}) == 2
     assert worker.deserialize_from_ref(refs[0]) == '"v"'
     assert worker.sweep({refs[0]}) == 0
+
+
+def test_unbatched_cleanup_with_history_holds_a_chunk_of_the_deleted_keys(tmp_path: Path) -> None:
+    """`state_cleanup_batch_size = 0` with history on: one transaction, but the deleted keys
+    (read back to record their deletion versions) come a chunk at a time, not all at once."""
+    url = f"sqlite:///{tmp_path}/state.db"
+    SQLiteBackend(url).schema_status()  # creates the schema
+    expired = 20_000
+    load_rows(
+        url,
+        (
+            (TaskScope(f"dag_{i % 50}", "r", "t").namespace, f"key_{i:05}", "1", NOW - 1, NOW - 9)
+            for i in range(expired)
+        ),
+    )
+    with StateStore(url, settings=Settings(), clock=lambda: NOW) as store:
+        assert store.history  # on by default
+        tracemalloc.start()
+        try:
+            result = store.cleanup(batch_size=0)
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        assert (result.deleted, result.batches) == (expired, 1)
+        gone = store.task_state(TaskScope("dag_7", "r", "t"))
+        assert [v.op for v in gone.history("key_00007")] == ["expire"]
+    # Measured: 0.2 MiB. All 20,000 keys at once (the former fetchall): 3.5 MiB.
+    assert peak < 2**20, f"peak {peak / 2**20:.1f} MiB"
