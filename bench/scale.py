@@ -199,9 +199,10 @@ def writer(url: str, ready: Event, stop: Event, out: Connection) -> None:
 
 def while_writing(
     url: str, work: Callable[[], object], prepare: Callable[[], object] = lambda: None
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """Run `work` while a writer process sets task state (`prepare` first, outside the
-    window): (work s, the writer's worst and p50 set ms among the sets started during it)."""
+    window): (work s, the writer's worst and p50 set ms among the sets started during it,
+    and its worst set in the 10 s before, alone: the control at this load)."""
     ctx = mp.get_context("spawn")
     ready, stop, (receive, send) = ctx.Event(), ctx.Event(), ctx.Pipe(duplex=False)
     proc = ctx.Process(target=writer, args=(url, ready, stop, send))
@@ -210,6 +211,9 @@ def while_writing(
         proc.kill()
         raise RuntimeError("the writer process did not start")
     time.sleep(1.0)
+    alone = time.time()
+    time.sleep(10.0)
+    alone_end = time.time()
     prepare()
     time.sleep(0.5)
     begin, t0 = time.time(), time.perf_counter()
@@ -220,7 +224,8 @@ def while_writing(
     samples = receive.recv()
     proc.join()
     during = [latency for at, latency in samples if begin <= at <= end]
-    return took, worst(during) * 1000, p50(during) * 1000
+    control = [latency for at, latency in samples if alone <= at <= alone_end]
+    return took, worst(during) * 1000, p50(during) * 1000, worst(control) * 1000
 
 
 def clean_rss(url: str, objects: Path) -> tuple[float, str]:
@@ -395,11 +400,14 @@ def run(
         # Cleanup of the expired rows (10%) while a writer sets task state.
         url = copy(f"s{largest}")
         with StateStore(url, settings=Settings()) as store:
-            took, worst_ms, p50_ms = while_writing(url, lambda: store.cleanup(batch_size=10_000))
+            took, worst_ms, p50_ms, alone_ms = while_writing(
+                url, lambda: store.cleanup(batch_size=10_000)
+            )
         drop(url)
         out["cleanup s"] = round(took, 1)
         out["cleanup writer worst set ms"] = round(worst_ms, 1)
         out["cleanup writer p50 set ms"] = round(p50_ms, 2)
+        out["cleanup writer worst set ms, alone before it"] = round(alone_ms, 1)
         print(out, flush=True)
         # The objects as hard links: `clean` removes orphans, the template's stay.
         linked = work / f"{kind}-objects-run"
@@ -424,12 +432,13 @@ def run(
                     conn.execute(f"DELETE FROM {pg.VERSION_TABLE} WHERE version >= {first}")
 
             backend = pg.PostgresBackend(url)
-            took, worst_ms, p50_ms = while_writing(url, backend.migrate, unbuild)
+            took, worst_ms, p50_ms, alone_ms = while_writing(url, backend.migrate, unbuild)
             backend.close()
             drop(url)
             out[f"migration {first}+ (CREATE INDEX CONCURRENTLY) s"] = round(took, 1)
             out["migration writer worst set ms"] = round(worst_ms, 1)
             out["migration writer p50 set ms"] = round(p50_ms, 2)
+            out["migration writer worst set ms, alone before it"] = round(alone_ms, 1)
         out["load after"] = [round(x, 2) for x in os.getloadavg()]
     finally:
         for url in list(scratch):
