@@ -16,6 +16,7 @@ from taskstate.backends.base import WorkerStateBackend
 from taskstate.backends.objects import digest
 from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
+from taskstate.cleanup import CleanupResult
 from taskstate.settings import Settings
 from taskstate.stored import REF_PREFIX
 
@@ -35,6 +36,17 @@ def _objects(root: Path, refs: list[str]) -> None:
         path = root / ref
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b'"v"')
+
+
+def _traced_cleanup(store: StateStore, *, batch_size: int) -> tuple[CleanupResult, int]:
+    """`store.cleanup(batch_size)` and the peak of Python memory it allocated (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        result = store.cleanup(batch_size=batch_size)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
 
 
 def test_clean_with_offloading_over_100000_rows_holds_one_batch(tmp_path: Path) -> None:
@@ -64,12 +76,7 @@ def test_clean_with_offloading_over_100000_rows_holds_one_batch(tmp_path: Path) 
     )
     worker = OffloadBackend(f"file://{root}", keep_versions_s=0)
     with StateStore(url, settings=Settings(), worker_backend=worker, clock=lambda: NOW) as store:
-        tracemalloc.start()
-        try:
-            result = store.cleanup(batch_size=10_000)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        result, peak = _traced_cleanup(store, batch_size=10_000)
     assert (result.deleted, result.offloaded_orphans) == (len(expired), ORPHANS)
     assert peak < PEAK_BOUND, f"peak {peak / 2**20:.1f} MiB"
     left = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
@@ -135,12 +142,7 @@ def test_unbatched_cleanup_with_history_holds_a_chunk_of_the_deleted_keys(tmp_pa
     )
     with StateStore(url, settings=Settings(), clock=lambda: NOW) as store:
         assert store.history  # on by default
-        tracemalloc.start()
-        try:
-            result = store.cleanup(batch_size=0)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        result, peak = _traced_cleanup(store, batch_size=0)
         assert (result.deleted, result.batches) == (expired, 1)
         gone = store.task_state(TaskScope("dag_7", "r", "t"))
         assert [v.op for v in gone.history("key_00007")] == ["expire"]
