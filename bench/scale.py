@@ -126,13 +126,14 @@ def timed(fn: Callable[[], object], times: list[float]) -> None:
 
 
 def point_ops(stores: dict[str, tuple[StateStore, int]], rounds: int) -> dict[str, Any]:
-    """get/set/entry p50 per store, interleaved: each round runs 50 of each on every store."""
+    """get/set/entry p50 per store, interleaved: each round runs 50 of each on every store,
+    one operation per store in turn (a burst of load hits every store alike)."""
     times: dict[tuple[str, str], list[float]] = {}
     rng = random.Random(7)
     for _ in range(rounds):
-        for name, (store, n) in stores.items():
-            for op in ("get", "set", "entry"):
-                for _ in range(50):
+        for op in ("get", "set", "entry"):
+            for _ in range(50):
+                for name, (store, n) in stores.items():
                     i = rng.randrange(n)
                     i -= i % 100 == 50  # not an offloaded row (no worker backend here)
                     scope, key = scope_of(i)
@@ -164,19 +165,24 @@ def pages(store: StateStore, rounds: int) -> dict[str, float]:
 
 
 def discovery(stores: dict[str, StateStore], rounds: int) -> dict[str, float]:
-    """Discovery first pages (what the API's routes call), interleaved across stores."""
+    """Discovery first pages (what the API's routes call), interleaved: each page on every
+    store in turn."""
     times: dict[tuple[str, str], list[float]] = {}
+    calls: dict[str, list[tuple[str, Callable[[], object]]]] = {}
+    for name, store in stores.items():
+        d = store.discovery()
+        dag = d.dags(limit=50).items[-1][0]  # a generic DAG where there are any
+        run = d.runs(dag, limit=50).items[0][0]
+        calls[name] = [
+            ("dags", lambda d=d: d.dags(limit=50)),
+            ("runs", lambda d=d, dag=dag: d.runs(dag, limit=50)),
+            ("task instances", lambda d=d, g=dag, r=run: d.task_instances(g, r, limit=50)),
+            ("assets", lambda d=d: d.assets(limit=50)),
+        ]
     for _ in range(rounds):
-        for name, store in stores.items():
-            d = store.discovery()
-            dag = d.dags(limit=50).items[-1][0]  # a generic DAG where there are any
-            run = d.runs(dag, limit=50).items[0][0]
-            for what, fn in (
-                ("dags", lambda d=d: d.dags(limit=50)),
-                ("runs", lambda d=d, dag=dag: d.runs(dag, limit=50)),
-                ("task instances", lambda d=d, g=dag, r=run: d.task_instances(g, r, limit=50)),
-                ("assets", lambda d=d: d.assets(limit=50)),
-            ):
+        for i in range(4):
+            for name in stores:
+                what, fn = calls[name][i]
                 timed(fn, times.setdefault((name, what), []))
     return {f"{name} {what} ms": p50(t) * 1000 for (name, what), t in times.items()}
 
@@ -199,9 +205,10 @@ def writer(url: str, ready: Event, stop: Event, out: Connection) -> None:
 
 def while_writing(
     url: str, work: Callable[[], object], prepare: Callable[[], object] = lambda: None
-) -> tuple[float, float, float]:
+) -> tuple[float, float, float, float]:
     """Run `work` while a writer process sets task state (`prepare` first, outside the
-    window): (work s, the writer's worst and p50 set ms among the sets started during it)."""
+    window): (work s, the writer's worst and p50 set ms among the sets started during it,
+    and its worst set in the 10 s before, alone: the control at this load)."""
     ctx = mp.get_context("spawn")
     ready, stop, (receive, send) = ctx.Event(), ctx.Event(), ctx.Pipe(duplex=False)
     proc = ctx.Process(target=writer, args=(url, ready, stop, send))
@@ -210,6 +217,9 @@ def while_writing(
         proc.kill()
         raise RuntimeError("the writer process did not start")
     time.sleep(1.0)
+    alone = time.time()
+    time.sleep(10.0)
+    alone_end = time.time()
     prepare()
     time.sleep(0.5)
     begin, t0 = time.time(), time.perf_counter()
@@ -220,7 +230,8 @@ def while_writing(
     samples = receive.recv()
     proc.join()
     during = [latency for at, latency in samples if begin <= at <= end]
-    return took, worst(during) * 1000, p50(during) * 1000
+    control = [latency for at, latency in samples if alone <= at <= alone_end]
+    return took, worst(during) * 1000, p50(during) * 1000, worst(control) * 1000
 
 
 def clean_rss(url: str, objects: Path) -> tuple[float, str]:
@@ -248,74 +259,139 @@ def main() -> None:
         "--out", default="scale", help="results file name (bench/results/<out>.json)"
     )
     parser.add_argument(
-        "--work", default=None, help="where the stores are built (default: a temporary directory)"
+        "--work",
+        default=None,
+        help="where the template stores are built and KEPT for the next run (a SQLite file "
+        "and a PostgreSQL cluster per size; default: a temporary directory, deleted)",
     )
+    parser.add_argument("--build-only", action="store_true", help="build the templates, stop")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     started = meta()
     print(f"load average at start: {os.getloadavg()}", flush=True)
     figures: dict[str, Any] = {"sizes": sizes, "shape": f"{RUNS} runs x {TIS} TIs x {KEYS} keys"}
-    work = Path(tempfile.mkdtemp(prefix="taskstate-scale-", dir=args.work))
+    keep = args.work is not None
+    work = Path(args.work) if keep else Path(tempfile.mkdtemp(prefix="taskstate-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
     try:
         for kind in args.backends.split(","):
-            figures[kind] = run(kind, sizes, work, args.rounds)
+            figures[kind] = run(kind, sizes, work, args.rounds, build_only=args.build_only)
             print(figures[kind], flush=True)
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
     figures["load_end"] = os.getloadavg()
-    save(args.out, figures, command=" ".join(sys.argv), started=started)
+    if not args.build_only:
+        save(args.out, figures, command=" ".join(sys.argv), started=started)
 
 
-def run(kind: str, sizes: list[int], work: Path, rounds: int) -> dict[str, Any]:
+def run(
+    kind: str, sizes: list[int], work: Path, rounds: int, *, build_only: bool = False
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    server_cm = running_server() if kind == "postgres" else None
+    server_cm = running_server(root=work / "pg") if kind == "postgres" else None
     server = server_cm.__enter__() if server_cm else None
+    scratch: list[str] = []  # copies made by this run, dropped at the end
     try:
         urls: dict[str, str] = {}
         templates: dict[str, str] = {}
         largest = max(sizes)
-        objects = work / f"{kind}-objects"
+        if server is not None:  # copies an interrupted run left in the kept cluster
+            with psycopg.connect(server.url, autocommit=True) as admin:
+                names = admin.execute("SELECT datname FROM pg_database WHERE datname ~ '_copy_'")
+                for (leftover,) in names.fetchall():
+                    admin.execute(f"DROP DATABASE {leftover} WITH (FORCE)")
         for n in [0, *sizes]:
             name = f"s{n}"
+            built = work / f"built-{kind}-{name}"  # written once the template is complete
             if kind == "sqlite":
                 path = work / f"{name}.db"
-                took = build_sqlite(path, n, objects if n == largest else None)
                 templates[name] = str(path)
                 urls[name] = f"sqlite:///{path}"
             else:
                 assert server is not None
-                with psycopg.connect(server.url, autocommit=True) as admin:
-                    admin.execute(f"CREATE DATABASE {name}")
                 urls[name] = server.url.rsplit("/", 1)[0] + "/" + name
                 templates[name] = name
-                took = build_postgres(urls[name], n, objects if n == largest else None)
             total = n + BIG_KEYS + 1 + 200
+            if built.exists():
+                print(f"{kind}: template {name} ({total} rows): {built.read_text()}", flush=True)
+                out[f"build {name} ({total} rows) s"] = float(built.read_text().split()[0])
+                # Brought to this checkout's schema (an online step on a 10 M-row template).
+                t0 = time.perf_counter()
+                backend = lite.SQLiteBackend(urls[name]) if kind == "sqlite" else None
+                if kind == "sqlite":
+                    assert backend is not None
+                    backend.schema_status()
+                    backend.close()
+                else:
+                    b = pg.PostgresBackend(urls[name])
+                    b.migrate()
+                    b.close()
+                print(f"{kind}: {name} migrated in {time.perf_counter() - t0:.1f}s", flush=True)
+                continue
+            objects = work / f"{kind}-objects-{name}"
+            shutil.rmtree(objects, ignore_errors=True)
+            if kind == "sqlite":
+                Path(templates[name]).unlink(missing_ok=True)
+                took = build_sqlite(Path(templates[name]), n, objects)
+            else:
+                assert server is not None
+                with psycopg.connect(server.url, autocommit=True) as admin:
+                    admin.execute(f"DROP DATABASE IF EXISTS {name}")
+                    admin.execute(f"CREATE DATABASE {name}")
+                took = build_postgres(urls[name], n, objects)
+            built.write_text(f"{took:.1f} s, load {os.getloadavg()[0]:.1f}\n")
             out[f"build {name} ({total} rows) s"] = round(took, 1)
             print(f"{kind}: built {name}: {total} rows in {took:.1f}s", flush=True)
+        if build_only:
+            return out
+        objects = work / f"{kind}-objects-s{largest}"
 
         def copy(name: str) -> str:
-            """A fresh copy of a template store; its URL."""
+            """A fresh copy of a template store; its URL (dropped by `drop` or at the end)."""
             fresh = f"{name}_copy_{uuid.uuid4().hex[:6]}"
             if kind == "sqlite":
                 target = work / f"{fresh}.db"
                 shutil.copyfile(templates[name], target)
-                return f"sqlite:///{target}"
+                url = f"sqlite:///{target}"
+            else:
+                assert server is not None
+                with psycopg.connect(server.url, autocommit=True) as admin:
+                    # FILE_COPY (PostgreSQL 15+): the default since 15 writes the whole copy to
+                    # the WAL, and checkpoints of it would land in the timed windows.
+                    admin.execute(
+                        f"CREATE DATABASE {fresh} TEMPLATE {templates[name]} STRATEGY FILE_COPY"
+                    )
+                url = server.url.rsplit("/", 1)[0] + "/" + fresh
+            scratch.append(url)
+            return url
+
+        def drop(url: str) -> None:
+            """Remove a copy (the disk holds a few 10 M-row stores, not a dozen)."""
+            scratch.remove(url)
+            if kind == "sqlite":
+                for suffix in ("", "-wal", "-shm"):
+                    Path(lite.path_from_url(url).as_posix() + suffix).unlink(missing_ok=True)
+                return
             assert server is not None
             with psycopg.connect(server.url, autocommit=True) as admin:
-                admin.execute(f"CREATE DATABASE {fresh} TEMPLATE {templates[name]}")
-            return server.url.rsplit("/", 1)[0] + "/" + fresh
+                admin.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
 
+        copies = {f"s{n}": copy(f"s{n}") for n in sizes}
         stores = {
-            f"s{n}": StateStore(copy(f"s{n}"), settings=Settings(), clock=lambda: NOW)
-            for n in sizes
+            k: StateStore(u, settings=Settings(), clock=lambda: NOW) for k, u in copies.items()
         }
         tiny = StateStore(copy("s0"), settings=Settings(), clock=lambda: NOW)
+        # The first round warms the caches (a copy is cold: PostgreSQL's shared_buffers hold
+        # none of it) and is reported apart; the p50s and ratios are of the rounds after it.
+        cold = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, 1)
         ops = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, rounds)
         smallest = f"s{min(sizes)}"
         for key, value in ops.items():
             name, op = key.split(" ")
             out[f"{op} p50 ms {name}"] = round(value, 3)
             out[f"{op} p50 ratio {name}/{smallest}"] = round(value / ops[f"{smallest} {op}"], 2)
+            out[f"{op} cold first-round p50 ms {name}"] = round(cold[key], 3)
         big = stores[f"s{largest}"]
         pg_ = pages(big, rounds * 20)
         out.update({k: round(v, 3) for k, v in pg_.items()})
@@ -333,32 +409,55 @@ def run(kind: str, sizes: list[int], work: Path, rounds: int) -> dict[str, Any]:
             )
         for s in (*stores.values(), tiny):
             s.close()
+        for url in list(scratch):
+            drop(url)
+        print(out, flush=True)
         # Cleanup of the expired rows (10%) while a writer sets task state.
         url = copy(f"s{largest}")
         with StateStore(url, settings=Settings()) as store:
-            took, worst_ms, p50_ms = while_writing(url, lambda: store.cleanup(batch_size=10_000))
+            took, worst_ms, p50_ms, alone_ms = while_writing(
+                url, lambda: store.cleanup(batch_size=10_000)
+            )
+        drop(url)
         out["cleanup s"] = round(took, 1)
         out["cleanup writer worst set ms"] = round(worst_ms, 1)
         out["cleanup writer p50 set ms"] = round(p50_ms, 2)
-        rss, said = clean_rss(copy(f"s{largest}"), objects)
+        out["cleanup writer worst set ms, alone before it"] = round(alone_ms, 1)
+        print(out, flush=True)
+        # The objects as hard links: `clean` removes orphans, the template's stay.
+        linked = work / f"{kind}-objects-run"
+        shutil.rmtree(linked, ignore_errors=True)
+        subprocess.run(["cp", "-al", str(objects), str(linked)], check=True)
+        url = copy(f"s{largest}")
+        rss, said = clean_rss(url, linked)
+        drop(url)
+        shutil.rmtree(linked, ignore_errors=True)
         out["clean with offloading peak RSS MB"] = round(rss, 1)
         out["clean with offloading said"] = said
         if kind == "postgres":
             url = copy(f"s{largest}")
+            # The last online steps (the newest indexes), built again while a writer runs.
+            first = min(v for v in pg._ONLINE if v > 4)
 
-            def unbuild() -> None:  # back to schema 3 (the writer is connected already)
+            def unbuild() -> None:  # back before them (the writer is connected already)
                 with psycopg.connect(url, autocommit=True) as conn:
-                    conn.execute(f"DROP INDEX {pg._ONLINE[4]}")
-                    conn.execute(f"DELETE FROM {pg.VERSION_TABLE} WHERE version >= 4")
+                    for version, index in pg._ONLINE.items():
+                        if version >= first:
+                            conn.execute(f"DROP INDEX {index}")
+                    conn.execute(f"DELETE FROM {pg.VERSION_TABLE} WHERE version >= {first}")
 
             backend = pg.PostgresBackend(url)
-            took, worst_ms, p50_ms = while_writing(url, backend.migrate, unbuild)
+            took, worst_ms, p50_ms, alone_ms = while_writing(url, backend.migrate, unbuild)
             backend.close()
-            out["migration 4 (CREATE INDEX CONCURRENTLY) s"] = round(took, 1)
+            drop(url)
+            out[f"migration {first}+ (CREATE INDEX CONCURRENTLY) s"] = round(took, 1)
             out["migration writer worst set ms"] = round(worst_ms, 1)
             out["migration writer p50 set ms"] = round(p50_ms, 2)
+            out["migration writer worst set ms, alone before it"] = round(alone_ms, 1)
         out["load after"] = [round(x, 2) for x in os.getloadavg()]
     finally:
+        for url in list(scratch):
+            drop(url)
         if server_cm is not None:
             server_cm.__exit__(None, None, None)
     return out

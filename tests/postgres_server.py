@@ -114,10 +114,13 @@ def _server_user() -> str | None:
 class PostgresServer:
     """One cluster: `start()`, `url`, `restart()`, `crash()`, `stop()`."""
 
-    def __init__(self, *, fsync: bool = False) -> None:
+    def __init__(self, *, fsync: bool = False, root: Path | None = None) -> None:
         self.bin = _bin_dir()
         self.user = _server_user()
-        self.root = Path(tempfile.mkdtemp(prefix="taskstate-pg-"))
+        # A given root is kept by `stop()` (a benchmark's templates, reused across runs).
+        self.keep = root is not None
+        self.root = root or Path(tempfile.mkdtemp(prefix="taskstate-pg-"))
+        self.root.mkdir(parents=True, exist_ok=True)
         self.data = self.root / "data"
         self.port = free_port()
         self.dbname = "taskstate"
@@ -161,6 +164,9 @@ class PostgresServer:
             ]
             with open(self.data / "postgresql.conf", "a") as f:
                 f.write("\n".join(conf) + "\n")
+        elif self.keep:  # a kept cluster, started again: today's free port (the last line wins)
+            with open(self.data / "postgresql.conf", "a") as f:
+                f.write(f"port = {self.port}\n")
         self._pg_ctl_start()
         if not self._has_db():
             self._run("createdb", "-h", "127.0.0.1", "-p", str(self.port), self.dbname,
@@ -218,8 +224,10 @@ class PostgresServer:
 
     def stop(self) -> None:
         if (self.data / "postmaster.pid").exists():
-            self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop", check=False)
-        shutil.rmtree(self.root, ignore_errors=True)
+            mode = "fast" if self.keep else "immediate"
+            self._run("pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop", check=False)
+        if not self.keep:
+            shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _ppid(pid: int) -> int | None:
@@ -237,9 +245,10 @@ def _state(pid: int) -> str:
 
 
 @contextlib.contextmanager
-def running_server(*, fsync: bool = False) -> Iterator[PostgresServer]:
+def running_server(*, fsync: bool = False, root: Path | None = None) -> Iterator[PostgresServer]:
+    """A started server, stopped at the end; its data deleted unless `root` was given."""
     os.environ.setdefault("PGPASSWORD", "secret")  # for the createdb/psql helper calls
-    server = PostgresServer(fsync=fsync)
+    server = PostgresServer(fsync=fsync, root=root)
     try:
         yield server.start()
     finally:

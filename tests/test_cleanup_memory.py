@@ -16,6 +16,7 @@ from taskstate.backends.base import WorkerStateBackend
 from taskstate.backends.objects import digest
 from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
+from taskstate.cleanup import CleanupResult
 from taskstate.settings import Settings
 from taskstate.stored import REF_PREFIX
 
@@ -35,6 +36,17 @@ def _objects(root: Path, refs: list[str]) -> None:
         path = root / ref
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b'"v"')
+
+
+def _traced_cleanup(store: StateStore, *, batch_size: int) -> tuple[CleanupResult, int]:
+    """`store.cleanup(batch_size)` and the peak of Python memory it allocated (tracemalloc)."""
+    tracemalloc.start()
+    try:
+        result = store.cleanup(batch_size=batch_size)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return result, peak
 
 
 def test_clean_with_offloading_over_100000_rows_holds_one_batch(tmp_path: Path) -> None:
@@ -64,12 +76,7 @@ def test_clean_with_offloading_over_100000_rows_holds_one_batch(tmp_path: Path) 
     )
     worker = OffloadBackend(f"file://{root}", keep_versions_s=0)
     with StateStore(url, settings=Settings(), worker_backend=worker, clock=lambda: NOW) as store:
-        tracemalloc.start()
-        try:
-            result = store.cleanup(batch_size=10_000)
-            _, peak = tracemalloc.get_traced_memory()
-        finally:
-            tracemalloc.stop()
+        result, peak = _traced_cleanup(store, batch_size=10_000)
     assert (result.deleted, result.offloaded_orphans) == (len(expired), ORPHANS)
     assert peak < PEAK_BOUND, f"peak {peak / 2**20:.1f} MiB"
     left = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()}
@@ -118,3 +125,26 @@ def test_the_offload_backend_still_sweeps_a_set_of_references(tmp_path: Path) ->
     assert worker.sweep({refs[0]}) == 2
     assert worker.deserialize_from_ref(refs[0]) == '"v"'
     assert worker.sweep({refs[0]}) == 0
+
+
+def test_unbatched_cleanup_with_history_holds_a_chunk_of_the_deleted_keys(tmp_path: Path) -> None:
+    """`state_cleanup_batch_size = 0` with history on: one transaction, but the deleted keys
+    (read back to record their deletion versions) come a chunk at a time, not all at once."""
+    url = f"sqlite:///{tmp_path}/state.db"
+    SQLiteBackend(url).schema_status()  # creates the schema
+    expired = 20_000
+    load_rows(
+        url,
+        (
+            (TaskScope(f"dag_{i % 50}", "r", "t").namespace, f"key_{i:05}", "1", NOW - 1, NOW - 9)
+            for i in range(expired)
+        ),
+    )
+    with StateStore(url, settings=Settings(), clock=lambda: NOW) as store:
+        assert store.history  # on by default
+        result, peak = _traced_cleanup(store, batch_size=0)
+        assert (result.deleted, result.batches) == (expired, 1)
+        gone = store.task_state(TaskScope("dag_7", "r", "t"))
+        assert [v.op for v in gone.history("key_00007")] == ["expire"]
+    # Measured: 0.2 MiB. All 20,000 keys at once (the former fetchall): 3.5 MiB.
+    assert peak < 2**20, f"peak {peak / 2**20:.1f} MiB"

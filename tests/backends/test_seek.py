@@ -311,6 +311,9 @@ def _pg_plan(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) ->
     return nodes
 
 
+_INDEX_ONLY_LIVE = f"{pg.TABLE}_live"
+
+
 @pytest.mark.postgres
 def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: str) -> None:
     ns, dag = BIG.namespace, task_prefix("dag_007")
@@ -322,11 +325,12 @@ def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: st
             (pg._ROWS, {**in_ns, "limit": 50, "offset": 0}, f"{pg.TABLE}_keys"),
             # Both lead with the namespace's hash: either is a range of one namespace.
             (pg._COUNT_IN, {**in_ns, "cap": 10001}, f"{pg.TABLE}_(keys|pkey)"),
-            (pg._COUNT_RANGE, {**dag_range, "cap": 10001}, f"{pg.TABLE}_order"),
+            # Range counts read the index alone (expiry included): the table is not visited.
+            (pg._COUNT_RANGE, {**dag_range, "cap": 10001}, _INDEX_ONLY_LIVE),
             (
                 pg._COUNT_EACH_RANGE,
                 {"a": [dag], "b": [dag[:-1] + " "], "cap": 10001, **live},
-                f"{pg.TABLE}_order",
+                _INDEX_ONLY_LIVE,
             ),
             (
                 pg._COUNT_EACH_IN,
@@ -351,6 +355,10 @@ def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: st
                 for n in on_table
             ), (sql, nodes)
             assert any(re.search(f" {index}$", n) for n in nodes), (sql, nodes)
+            if index == _INDEX_ONLY_LIVE:  # and the long namespaces' part, on its own index
+                assert f"Index Only Scan {pg.TABLE} {pg.TABLE}_live" in nodes, nodes
+                assert any(n.endswith(f" {pg.TABLE}_live_long") for n in nodes), nodes
+                assert not any(n.endswith(f" {pg.TABLE}_order") for n in nodes), nodes
     backend = PostgresBackend(postgres_store_url)
     assert len(backend.rows(ns, NOW, limit=50)) == 50
     assert backend.count(ns, NOW, exact=True) == BIG_KEYS
@@ -378,3 +386,42 @@ def test_an_online_index_build_that_died_is_rebuilt_by_the_next_migrate(
         assert pg._index_state(conn, index) == "valid"
     assert [r.key for r in backend.rows("ns", NOW)] == ["k"]
     backend.close()
+
+
+@pytest.mark.postgres
+def test_postgres_range_counts_include_namespaces_too_long_for_the_live_index(
+    fresh_postgres_url: str,
+) -> None:
+    backend = PostgresBackend(fresh_postgres_url)
+    backend.migrate()
+    dag, other = task_prefix("dag_long"), task_prefix("dag_other")
+    short, long_ = dag + "run\x1ftask\x1f-1", dag + "é" * 600 + "\x1ftask\x1f-1"  # 1,200 bytes
+    for ns in (short, long_):
+        for k in range(3):
+            backend.set(ns, f"k{k}", "1", NOW + 60, NOW)
+        backend.set(ns, "gone", "1", NOW - 1, NOW)  # expired: never counted
+    backend.set(other + "run\x1ftask\x1f-1", "k", "1", None, NOW)
+    assert backend.count(dag, NOW) == 6
+    assert backend.counts([dag, other], NOW) == [6, 1]
+    assert backend.counts([dag, other], NOW, cap=4) == [4, 1]  # the two parts' sum is capped
+    assert backend.count(dag, NOW, cap=5) == 5
+    assert backend.count(long_, NOW) == 3
+    backend.close()
+
+
+@pytest.mark.postgres
+def test_postgres_state_table_is_vacuumed_at_2_percent_churn(fresh_postgres_url: str) -> None:
+    """Index-only counts need all-visible pages: the table's own autovacuum settings (online,
+    in a migration step) vacuum it ten times as often as PostgreSQL's defaults."""
+    backend = PostgresBackend(fresh_postgres_url)
+    backend.migrate()
+    backend.close()
+    with psycopg.connect(fresh_postgres_url) as conn:
+        (options,) = conn.execute(  # type: ignore[misc]
+            "SELECT reloptions FROM pg_class WHERE relname = %s", (pg.TABLE,)
+        ).fetchone()
+    assert set(options) >= {
+        "autovacuum_vacuum_scale_factor=0.02",
+        "autovacuum_analyze_scale_factor=0.02",
+        "autovacuum_vacuum_insert_scale_factor=0.02",
+    }

@@ -88,6 +88,11 @@ _IDENTITY = (
     "key_md5 uuid GENERATED ALWAYS AS (md5(key)::uuid) STORED"
 )
 
+# A namespace short enough to be a b-tree entry whole (with its expiry): the `_live` index's
+# predicate, repeated verbatim in the queries it serves (the planner matches it as written).
+_SHORT = "octet_length(namespace) <= 1000"
+_LONG = "octet_length(namespace) > 1000"  # (the planner does not match NOT _SHORT to _LONG)
+
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 # COLLATE "C": byte order, so a namespace prefix is an index range scan (and matches SQLite).
 MIGRATIONS: list[str] = [
@@ -152,11 +157,42 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS {MARKS}_order ON {MARKS} ((left(namespace, 200)));
     """,
+    # 6 and 7: live-key counts of a namespace range (discovery's DAG, run and task instance
+    # counts) read the index alone, not the table: every namespace of at most 1000 bytes
+    # (nearly all) with its expiry, and the longer ones by their prefix (they cannot be b-tree
+    # entries whole). An expression index cannot serve an index-only scan (the planner wants
+    # the column itself), hence the whole namespace and the length split. The long ones' key
+    # is spelled substr(), not left(): a query on it can then only use this index (the planner
+    # does not know long namespaces are rare and would scan the order index's range instead).
+    # Measured in docs/backends.md ("PostgreSQL layout").
+    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {TABLE}_live ON {TABLE} (namespace) "
+    f"INCLUDE (expires_at) WHERE {_SHORT}",
+    f"CREATE INDEX CONCURRENTLY IF NOT EXISTS {TABLE}_live_long ON {TABLE} "
+    f"((substr(namespace, 1, 200))) WHERE {_LONG}",
+    # 8: autovacuum for a high-churn table. Every `set` leaves a dead row version (no update is
+    # HOT: expires_at is indexed) and clears its page's all-visible bit, and the counts above
+    # are index-only only on all-visible pages (2% of a range's rows re-set sent 100,000 of
+    # its 135,000 index entries back to the table). The defaults wait for 20% of the table to
+    # change: 2,000,000 rows at 10 M. Vacuum (and analyze) at 2% instead, inserts too where
+    # the server has the setting (13+). Only the table's options change (SHARE UPDATE
+    # EXCLUSIVE: reads and writes go on), so this is online however large the table is.
+    f"""
+    DO $$ BEGIN
+        EXECUTE 'ALTER TABLE {TABLE} SET (autovacuum_vacuum_scale_factor = 0.02, '
+            || 'autovacuum_analyze_scale_factor = 0.02'
+            || CASE WHEN current_setting('server_version_num')::int >= 130000
+                THEN ', autovacuum_vacuum_insert_scale_factor = 0.02' ELSE '' END || ')';
+    END $$
+    """,
 ]
 # Versions whose statement cannot run in a transaction (CREATE INDEX CONCURRENTLY): applied
 # alone, on an autocommit connection, then recorded; each is idempotent, so a migration that
 # dies midway is finished by the next `db migrate`. Value: the index it builds, checked valid.
-_ONLINE = {4: f"{TABLE}_keys"}
+_ONLINE = {
+    version: sql.split(" EXISTS ", 1)[1].split()[0]
+    for version, sql in enumerate(MIGRATIONS, start=1)
+    if sql.startswith("CREATE INDEX CONCURRENTLY")
+}
 
 # Serialises concurrent `migrate()` calls (pg_advisory_xact_lock key; "tsdb" in ASCII).
 _MIGRATION_LOCK = 0x74736462
@@ -215,20 +251,24 @@ _IN_NAMESPACE = (
 )
 _ROWS = f"{_SCAN_COLUMNS} WHERE {_IN_NAMESPACE} ORDER BY key LIMIT %(limit)s OFFSET %(offset)s"
 _COUNT_IN = f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_IN_NAMESPACE} LIMIT %(cap)s) c"
-_COUNT_RANGE = (
-    f"SELECT count(*) FROM (SELECT FROM {TABLE} WHERE {_RANGE} AND {_LIVE} LIMIT %(cap)s) c"
+# The live keys of a namespace range, counted on the indexes alone (migrations 6 and 7): the
+# short namespaces on `_live` (an index-only scan, expiry included), the long ones on
+# `_live_long`; each count stops at the cap, and so does their sum (least() ignores a NULL cap).
+_RANGE_COUNT = (
+    "least(%(cap)s, (SELECT count(*) FROM (SELECT FROM {t} WHERE namespace >= {lo} "
+    f"AND namespace < {{hi}} AND {_SHORT} AND {_LIVE} LIMIT %(cap)s) s) + "
+    "(SELECT count(*) FROM (SELECT FROM {t} WHERE substr(namespace, 1, 200) >= left({lo}, 200) "
+    "AND substr(namespace, 1, 200) <= left({hi}, 200) AND namespace >= {lo} AND namespace < {hi} "
+    f"AND {_LONG} AND {_LIVE} LIMIT %(cap)s) l))"
 )
+_COUNT_RANGE = "SELECT " + _RANGE_COUNT.format(t=TABLE, lo="%(lo)s", hi="%(hi)s")
 # Discovery's key counts of one page, in one round trip: a bounded count per namespace or range.
 _EACH = "FROM unnest(%(a)s::text[], %(b)s::text[]) WITH ORDINALITY AS p(lo, hi, i) ORDER BY p.i"
 _COUNT_EACH_IN = (
     f"SELECT (SELECT count(*) FROM (SELECT FROM {TABLE} WHERE namespace_md5 = md5(p.lo)::uuid "
     f"AND {_LIVE} LIMIT %(cap)s) c) {_EACH}"
 )
-_COUNT_EACH_RANGE = (
-    f"SELECT (SELECT count(*) FROM (SELECT FROM {TABLE} WHERE "
-    "left(namespace, 200) >= left(p.lo, 200) AND left(namespace, 200) <= left(p.hi, 200) "
-    f"AND namespace >= p.lo AND namespace < p.hi AND {_LIVE} LIMIT %(cap)s) c) {_EACH}"
-)
+_COUNT_EACH_RANGE = f"SELECT {_RANGE_COUNT.format(t=TABLE, lo='p.lo', hi='p.hi')} {_EACH}"
 # Discovery: a skip scan over the order index, one seek per distinct field: the first live row
 # at or past `at`, then past its field (the namespace with the field's end bumped from the
 # separator, \x1f, to " "). The index holds 200-character prefixes: a prefix shorter than that

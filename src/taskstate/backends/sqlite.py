@@ -239,6 +239,9 @@ _DELETE_EXPIRED_BATCH = (
     f"(SELECT namespace, key FROM {TABLE} WHERE expires_at <= ? LIMIT ?)"
 )
 _GONE = " RETURNING namespace, key"
+# Rows deleted (and their deletion versions recorded) per statement of an unbatched cleanup
+# with history: what it holds in memory at once.
+_EXPIRE_CHUNK = 1000
 
 
 def path_from_url(url: str) -> Path:
@@ -565,10 +568,17 @@ class SQLiteBackend(HistoryBackend):
         if stamp is None or not self.history_versions:
             return self._conn().execute(sql, params).rowcount
         with self._write_transaction(self._conn()) as conn:
-            gone = conn.execute(sql + _GONE, params).fetchall()
-            for namespace, key in gone:
-                if not namespace.startswith(META_PREFIX):
-                    self._append(conn, namespace, key, None, None, stamp)
+            return self._recorded(conn, sql, params, stamp)
+
+    def _recorded(
+        self, conn: sqlite3.Connection, sql: str, params: tuple[Any, ...], stamp: Stamp
+    ) -> int:
+        """In the caller's transaction: run a DELETE and record a deletion version of each row
+        it removed (the rows gone are held in memory: bound them in `sql`)."""
+        gone = conn.execute(sql + _GONE, params).fetchall()
+        for namespace, key in gone:
+            if not namespace.startswith(META_PREFIX):
+                self._append(conn, namespace, key, None, None, stamp)
         return len(gone)
 
     @_typed_errors
@@ -818,10 +828,18 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def delete_expired(self, now: float, limit: int, stamp: Stamp | None = None) -> int:
-        """As `HistoryBackend.delete_expired`: one DELETE, batched by `limit` when positive."""
-        if limit <= 0:
+        """As `HistoryBackend.delete_expired`: one DELETE, batched by `limit` when positive.
+        Unbatched with history: one transaction that deletes and records `_EXPIRE_CHUNK` rows
+        at a time, so memory is bounded by the chunk, not by how many rows expired."""
+        if limit > 0:
+            return self._deleting(_DELETE_EXPIRED_BATCH, (now, limit), stamp)
+        if stamp is None or not self.history_versions:
             return self._deleting(_DELETE_EXPIRED, (now,), stamp)
-        return self._deleting(_DELETE_EXPIRED_BATCH, (now, limit), stamp)
+        deleted = 0
+        with self._write_transaction(self._conn()) as conn:
+            while n := self._recorded(conn, _DELETE_EXPIRED_BATCH, (now, _EXPIRE_CHUNK), stamp):
+                deleted += n
+        return deleted
 
     @_typed_errors
     def schema_status(self) -> SchemaStatus:
