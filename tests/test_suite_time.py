@@ -39,10 +39,17 @@ def test_every_test_an_issue_lists_exists() -> None:
                 assert function in defined, f"issue {issue}: {entry} is not defined"
 
 
-def test_a_function_entry_wins_over_its_files() -> None:
-    deferrable = "test_dags_test_deferrable_failed_before_defer_one_job_each"
-    assert suite_time.issue_of("tests/airflow/test_providers_ours.py", deferrable) == 25
-    assert suite_time.issue_of("tests/airflow/test_providers_ours.py", "test_other") == 29
+def test_a_function_entry_wins_over_its_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(
+        suite_time,
+        "ADDITIONS",
+        {
+            1: ("whole file", 1, ["tests/test_a.py"]),
+            2: ("one function", 1, ["tests/test_a.py::test_one"]),
+        },
+    )
+    assert suite_time.issue_of("tests/test_a.py", "test_one") == 2
+    assert suite_time.issue_of("tests/test_a.py", "test_other") == 1
     assert suite_time.issue_of("tests/test_store.py", "test_anything") is None
 
 
