@@ -228,6 +228,87 @@ def test_clean_prunes_by_age_but_keeps_a_live_keys_newest(url: str) -> None:
     assert [v.version for v in state.history("k")] == [6, 5]
 
 
+def test_a_number_is_not_reused_after_pruning_took_every_version(url: str) -> None:
+    """A write takes one past the key's newest kept version; once `clean` prunes a deleted
+    key's every version (its newest included), its mark keeps the number."""
+    clock = Clock()
+    store = local(url, clock, history_versions=3, history_retention_days=1)
+    state = store.task_state(SCOPE)
+    for n in range(5):
+        state.set("k", n)  # versions 1-5; the write trims to 3-5
+    state.set("other", 1)
+    state.delete("k")  # version 6
+    clock.tick(3 * 86400)
+    # k's 4-6 (and 3 on PostgreSQL, whose delete leaves the trim to `clean`); other keeps its
+    # newest
+    assert store.cleanup(batch_size=1).versions_pruned in (3, 4)
+    assert state.history("k") == []
+    state.set("k", "again")
+    assert [v.version for v in state.history("k")] == [7]
+    state.delete("k")
+    store.task_state(TaskScope("etl", "run_1", "load", 0)).set("k", 1)  # another key: from 1
+    assert state.history("k")[0].version == 8
+    assert store.task_state(TaskScope("etl", "run_1", "load", 0)).history("k")[0].version == 1
+    # A lower setting: `clean` prunes the versions beyond it.
+    for n in range(4):
+        state.set("k", n)  # 9-12
+    assert store.cleanup().versions_pruned == 0
+    narrower = local(url, clock, history_versions=2)
+    assert narrower.cleanup().versions_pruned == 1  # k's 10 (11 and 12 stay); the others: none
+    assert [v.version for v in state.history("k")] == [12, 11]
+
+
+def test_sqlite_history_written_at_the_previous_schema_migrates_with_its_numbers(
+    tmp_path: Path,
+) -> None:
+    """A store whose versions were written before the migration that stopped writing marks on
+    each write (the mark then led, and could be ahead of the newest kept version): after it,
+    numbers go on from the mark, and `as_of` and `clean` read the old versions."""
+    import sqlite3
+
+    from taskstate.backends import sqlite as sqlite_backend
+
+    path = tmp_path / "old.db"
+    previous = len(sqlite_backend.MIGRATIONS) - 1
+    conn = sqlite3.connect(path)
+    for step in sqlite_backend.MIGRATIONS[:previous]:
+        conn.executescript(step)
+    ns = SCOPE.namespace
+    rows = [(ns, "k", v, json.dumps(v), None, 1_000_000.0 + v, None, "set") for v in (4, 5)]
+    conn.executemany("INSERT INTO taskstate_versions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.execute("INSERT INTO taskstate_entries VALUES (?, 'k', '5', NULL, 1000005.0, NULL)", (ns,))
+    # "gone": deleted, all its versions pruned; "ahead": its mark past its newest version.
+    conn.executemany(
+        "INSERT INTO taskstate_version_marks VALUES (?, ?, ?)",
+        [(ns, "k", 5), (ns, "gone", 9), (ns, "ahead", 7)],
+    )
+    conn.execute(
+        "INSERT INTO taskstate_versions VALUES (?, 'ahead', 6, NULL, NULL, 1000000.0, NULL, "
+        "'delete')",
+        (ns,),
+    )
+    conn.execute(f"PRAGMA user_version = {previous}")
+    conn.commit()
+    conn.close()
+
+    clock = Clock()
+    clock.now = 1_000_100.0
+    store = local(f"sqlite:///{path}", clock)
+    state = store.task_state(SCOPE)
+    assert state.get("k", as_of=datetime.fromtimestamp(1_000_004.5, timezone.utc)) == 4
+    state.set("k", 6)
+    state.set("gone", 1)
+    state.set("ahead", 1)
+    assert [v.version for v in state.history("k")] == [6, 5, 4]
+    assert state.history("gone")[0].version == 10
+    assert state.history("ahead")[0].version == 8
+    assert store.schema_status().current == len(sqlite_backend.MIGRATIONS)
+    indexes = sqlite3.connect(path).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'taskstate_versions'"
+    )
+    assert "taskstate_versions_age" not in {name for (name,) in indexes}
+
+
 def test_expiry_by_cleanup_is_a_version(url: str) -> None:
     clock = Clock()
     store = local(url, clock, default_retention_days=1)

@@ -152,11 +152,16 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS {MARKS}_order ON {MARKS} ((left(namespace, 200)));
     """,
+    # 6: history's write cost (docs/history.md, "Cost"): `clean` walks the keys' marks instead
+    # of an index on the versions' age, which every write paid for. Dropped without blocking
+    # writers (see `_ONLINE`). Versions and numbers stay as they are.
+    _DROP_AGE := f"DROP INDEX CONCURRENTLY IF EXISTS {VERSIONS}_age",
 ]
-# Versions whose statement cannot run in a transaction (CREATE INDEX CONCURRENTLY): applied
-# alone, on an autocommit connection, then recorded; each is idempotent, so a migration that
-# dies midway is finished by the next `db migrate`. Value: the index it builds, checked valid.
-_ONLINE = {4: f"{TABLE}_keys"}
+# Versions whose statement cannot run in a transaction (CREATE / DROP INDEX CONCURRENTLY):
+# applied alone, on an autocommit connection, then recorded; each is idempotent, so a migration
+# that dies midway is finished by the next `db migrate`. Value: the index it builds (checked
+# valid) or drops (checked absent).
+_ONLINE = {4: f"{TABLE}_keys", MIGRATIONS.index(_DROP_AGE) + 1: f"{VERSIONS}_age"}
 
 # Serialises concurrent `migrate()` calls (pg_advisory_xact_lock key; "tsdb" in ASCII).
 _MIGRATION_LOCK = 0x74736462
@@ -267,21 +272,29 @@ _TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= %s"
 # History: one statement per write (one round trip, as without history). `w` is what the write
 # changed (namespace, key, value, expires_at; value NULL for a deletion); each such key of user
-# state takes the next number from its mark and appends a version; a single-key write also
-# trims the key's versions beyond the number kept.
+# state appends a version numbered one past its newest kept version, or past its mark once
+# pruning took every version (pruning keeps the number in the mark first), so a write only
+# reads the marks: it inserts a key's mark once, as the record that the key has history
+# (`version_keys`, `task_versions`, `clean`'s walk), and never updates it. A single-key write
+# also trims the key's versions beyond the number kept. Two writers of one key queue on its
+# row, but the second's number comes from the statement's snapshot: if it is taken, the
+# versions' primary key refuses it, nothing is written, and `_run` runs the statement again.
 _NAMED_KEY = "(namespace_md5, key_md5) = (md5(%(ns)s)::uuid, md5(%(key)s)::uuid)"
+_OF_W = "(namespace_md5, key_md5) = (md5(w.namespace)::uuid, md5(w.key)::uuid)"
 _MARK_AND_KEEP = (
     f"m AS (INSERT INTO {MARKS} (namespace, key, version) "
-    "SELECT namespace, key, 1 FROM w WHERE left(namespace, 2) <> %(meta)s "
-    f"ON CONFLICT (namespace_md5, key_md5) DO UPDATE SET version = {MARKS}.version + 1 "
-    "RETURNING namespace, key, version), "
+    "SELECT namespace, key, 0 FROM w WHERE left(namespace, 2) <> %(meta)s "
+    "ON CONFLICT (namespace_md5, key_md5) DO NOTHING), "
     f"v AS (INSERT INTO {VERSIONS} "
     "(namespace, key, version, value, expires_at, updated_at, updated_by, op) "
-    "SELECT m.namespace, m.key, m.version, w.value, w.expires_at, %(at)s, %(by)s, %(op)s "
-    "FROM m JOIN w ON m.namespace = w.namespace AND m.key = w.key RETURNING 1) "
+    "SELECT w.namespace, w.key, 1 + greatest("
+    f"(SELECT max(version) FROM {VERSIONS} WHERE {_OF_W}), "
+    f"(SELECT version FROM {MARKS} WHERE {_OF_W}), 0), "
+    "w.value, w.expires_at, %(at)s, %(by)s, %(op)s "
+    "FROM w WHERE left(w.namespace, 2) <> %(meta)s RETURNING version) "
 )
 _TRIM = (
-    f"DELETE FROM {VERSIONS} WHERE {_NAMED_KEY} AND version <= (SELECT version FROM m) - %(keep)s"
+    f"DELETE FROM {VERSIONS} WHERE {_NAMED_KEY} AND version <= (SELECT version FROM v) - %(keep)s"
 )
 _SET_KEPT = (
     f"WITH w AS (INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
@@ -324,6 +337,7 @@ _DELETE_EXPIRED_BATCH_NAMED = (
 _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
 # Importing an export's versions (`set_many`); parameters positional, as `_KEY`.
 _MARK_FOR_UPDATE = f"SELECT version FROM {MARKS} WHERE {_KEY} FOR UPDATE"
+_TOP_VERSION = f"SELECT max(version) FROM {VERSIONS} WHERE {_KEY}"
 _EXISTS = f"SELECT 1 FROM {TABLE} WHERE {_KEY}"
 _APPEND_IMPORTED = (
     f"INSERT INTO {VERSIONS} "
@@ -353,12 +367,22 @@ _TASK_KEYS = (
     f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} "
     f"UNION SELECT namespace, key FROM {TABLE} WHERE {_RANGE} ORDER BY 1, 2"
 )
+# One batch of `clean`'s walk over the keys' marks (every key with history has one): per key, its
+# number into its mark, then its versions past the number kept or older than `before` (but the
+# newest of a live key) deleted. Returns how many went, how many keys it saw, and the last.
+_PAIR = "(v.namespace_md5, v.key_md5) = (k.namespace_md5, k.key_md5)"
 _PRUNE = (
-    f"DELETE FROM {VERSIONS} WHERE ctid = ANY(ARRAY(SELECT v.ctid FROM {VERSIONS} v "
-    f"JOIN {MARKS} m ON (m.namespace_md5, m.key_md5) = (v.namespace_md5, v.key_md5) "
-    "WHERE v.version <= m.version - %(keep)s OR (v.updated_at < %(before)s "
-    f"AND NOT (v.version = m.version AND EXISTS (SELECT FROM {TABLE} e "
-    "WHERE (e.namespace_md5, e.key_md5) = (v.namespace_md5, v.key_md5)))) LIMIT %(limit)s))"
+    f"WITH k AS (SELECT namespace_md5, key_md5 FROM {MARKS} "
+    "WHERE (namespace_md5, key_md5) > (%(ns)s::uuid, %(key)s::uuid) "
+    "ORDER BY namespace_md5, key_md5 LIMIT %(limit)s), "
+    f"t AS (SELECT k.namespace_md5, k.key_md5, (SELECT max(v.version) FROM {VERSIONS} v "
+    f"WHERE {_PAIR}) AS top, EXISTS (SELECT FROM {TABLE} v WHERE {_PAIR}) AS live FROM k), "
+    f"up AS (UPDATE {MARKS} m SET version = t.top FROM t "
+    "WHERE (m.namespace_md5, m.key_md5) = (t.namespace_md5, t.key_md5) AND t.top > m.version), "
+    f"d AS (DELETE FROM {VERSIONS} v USING t k WHERE {_PAIR} AND (v.version <= k.top - %(keep)s "
+    "OR (v.updated_at < %(before)s AND NOT (v.version = k.top AND k.live))) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM k), (SELECT ARRAY["
+    "namespace_md5::text, key_md5::text] FROM k ORDER BY namespace_md5 DESC, key_md5 DESC LIMIT 1)"
 )
 _VERSION_REFS_PAGE = (
     f"SELECT namespace_md5, key_md5, version, value FROM {VERSIONS} "
@@ -366,6 +390,8 @@ _VERSION_REFS_PAGE = (
     "ORDER BY namespace_md5, key_md5, version LIMIT %(limit)s"
 )
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+# A version number a concurrent writer took is asked again at once this many times (`_run`).
+_NUMBER_TAKEN_RETRIES = 10
 
 # Answers while connecting that mean "ask again shortly", as opposed to a wrong password, no such
 # database, an unknown host or an invalid port, which waiting never fixes.
@@ -624,6 +650,7 @@ class PostgresBackend(HistoryBackend):
     def _run(self, op: Callable[[_Connection], T]) -> T:
         """Run `op` on a pooled connection; retry transient failures for a bounded window."""
         backoff = Backoff(self._retry_window_s)
+        taken = 0
         while True:
             pool = None
             # getconn/putconn, not pool.connection(): that also runs a (no-op) commit per call.
@@ -635,13 +662,23 @@ class PostgresBackend(HistoryBackend):
                     return op(conn)
                 finally:
                     pool.putconn(conn)
+            except psycopg.errors.UniqueViolation as exc:
+                # A concurrent writer of the key took the version number this statement read
+                # from its snapshot (`_MARK_AND_KEEP`): nothing was written; run it again on a
+                # new snapshot, at once a few times, then paced like any transient failure.
+                if exc.diag.constraint_name != f"{VERSIONS}_pkey":
+                    raise BackendError(f"PostgreSQL at {self.server}: {exc}") from exc
+                taken += 1
+                if taken <= _NUMBER_TAKEN_RETRIES:
+                    continue
+                last: BaseException = exc
             except psycopg.errors.UndefinedTable:
                 self._probe(check_schema=True)  # raises SchemaMissingError if that is why
                 raise
             except (psycopg.Error, PoolTimeout) as exc:
                 if not _is_transient(exc):
                     raise BackendError(f"PostgreSQL at {self.server}: {exc}") from exc
-                last: BaseException = exc
+                last = exc
             if not backoff.pause():
                 raise BackendUnavailableError(
                     f"PostgreSQL at {self.server} is unavailable: {backoff.attempts} attempts "
@@ -899,8 +936,10 @@ class PostgresBackend(HistoryBackend):
         mark's row lock keeps a concurrent writer from taking a number meanwhile."""
 
         def mark(namespace: str, key: str) -> int | None:
-            row = conn.execute(_MARK_FOR_UPDATE, (namespace, key)).fetchone()
-            return None if row is None else int(row[0])
+            marked = conn.execute(_MARK_FOR_UPDATE, (namespace, key)).fetchone()
+            top = conn.execute(_TOP_VERSION, (namespace, key)).fetchone()
+            found = [int(row[0]) for row in (marked, top) if row is not None and row[0] is not None]
+            return max(found) if found else None
 
         def exists(namespace: str, key: str) -> bool:
             return conn.execute(_EXISTS, (namespace, key)).fetchone() is not None
@@ -965,12 +1004,19 @@ class PostgresBackend(HistoryBackend):
 
         self._run(op)
 
-    def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
-        """As `StateBackend.prune_versions`: one DELETE of the versions past `keep` or `before`."""
+    def prune_versions(
+        self, keep: int, before: float | None, limit: int, after: tuple[str, str] | None = None
+    ) -> tuple[int, tuple[str, str] | None]:
+        """As `StateBackend.prune_versions`: one statement over a page of the marks."""
+        at = after or (_ZERO_UUID, _ZERO_UUID)
         params = {
             "keep": keep, "before": -_INF if before is None else before, "limit": limit or None,
+            "ns": at[0], "key": at[1],
         }  # fmt: skip
-        return self._run(lambda conn: conn.execute(_PRUNE, params).rowcount)
+        row = self._run(lambda conn: conn.execute(_PRUNE, params).fetchone())
+        assert row is not None
+        pruned, seen, last = int(row[0]), int(row[1]), row[2]
+        return pruned, None if not limit or seen < limit else (last[0], last[1])
 
     def version_refs(self) -> Iterator[str]:
         """As `StateBackend.version_refs`: the offloaded (`@`) values, read a page at a time."""
@@ -1146,7 +1192,7 @@ class PostgresBackend(HistoryBackend):
                 )
             for version in range(current + 1, len(MIGRATIONS) + 1):
                 if version in _ONLINE:
-                    if _index_state(conn, _ONLINE[version]) != "valid":
+                    if _index_state(conn, _ONLINE[version]) != _done(MIGRATIONS[version - 1]):
                         return applied, version
                 else:
                     conn.execute(MIGRATIONS[version - 1])
@@ -1216,9 +1262,17 @@ def _index_state(conn: psycopg.Connection[Any], index: str) -> str:
     return "valid" if row[0] else "building" if row[1] else "invalid"
 
 
+def _done(sql: str) -> str:
+    """The state of its index once an online step (`_ONLINE`) is done: built, or dropped."""
+    return "absent" if sql.lstrip().upper().startswith("DROP") else "valid"
+
+
 def _build_index(conn: psycopg.Connection[Any], *, index: str, sql: str) -> None:
-    """Build one index without blocking writers (autocommit: CONCURRENTLY cannot run in a
-    transaction). Waits while another migrator builds it; drops a dead build's leftover."""
+    """Build (or drop) one index without blocking writers (autocommit: CONCURRENTLY cannot run
+    in a transaction). Waits while another migrator builds it; drops a dead build's leftover."""
+    if _done(sql) == "absent":
+        conn.execute(sql)  # DROP INDEX CONCURRENTLY IF EXISTS: idempotent
+        return
     while (state := _index_state(conn, index)) == "building":
         time.sleep(0.5)
     if state == "invalid":

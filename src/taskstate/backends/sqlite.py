@@ -103,6 +103,12 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (namespace, key)
     ) WITHOUT ROWID
     """,
+    # 4: history's write cost (docs/history.md, "Cost"). A version's number is now the key's
+    # newest kept version + 1 (or its mark + 1 once pruning took every version: pruning keeps
+    # the number in the mark first), so a write no longer updates the mark; and `clean` walks
+    # the keys instead of an index on the versions' age, which every write paid for. Versions
+    # and numbers stay as they are.
+    f"DROP INDEX IF EXISTS {VERSIONS}_age",
 ]
 
 _GET = (
@@ -166,29 +172,31 @@ _GROUPS = {
     for whole in (True, False)
 }
 _TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
-# History: the next number from the key's mark, the version, and (once past the number kept)
-# the versions that fell out of the window, all in the write's transaction.
-_NEXT_VERSION = (
-    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (?, ?, 1) "
-    "ON CONFLICT (namespace, key) DO UPDATE SET version = version + 1 RETURNING version"
-)
+# History: the next number is one past the key's newest kept version, or past its mark when it
+# has none (pruning moves a key's number into its mark before it deletes the key's newest
+# version, so a number is never reused); then the version, and (once past the number kept) the
+# trim of the versions that fell out of the window, all in the write's transaction. Reads only,
+# then one row into one b-tree (and a delete on the same pages): the marks are not written.
+_TOP_VERSION = f"SELECT max(version) FROM {VERSIONS} WHERE namespace = {{ns}} AND key = {{key}}"
+_MARK_OF = f"SELECT version FROM {MARKS} WHERE namespace = {{ns}} AND key = {{key}}"
+_NEXT_OF = f"1 + max(coalesce(({_TOP_VERSION}), 0), coalesce(({_MARK_OF}), 0))"
+_NEXT_VERSION = "SELECT " + _NEXT_OF.format(ns="?1", key="?2")
 _APPEND = f"INSERT INTO {VERSIONS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 _TRIM = f"DELETE FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version <= ?"
-_MARK = f"SELECT version FROM {MARKS} WHERE namespace = ? AND key = ?"
+# The key's number so far (None: it never had a version): its newest kept version or its mark.
+_TOP, _MARKED = _TOP_VERSION.format(ns="?1", key="?2"), _MARK_OF.format(ns="?1", key="?2")
+_MARK = f"SELECT max(coalesce(({_TOP}), ({_MARKED})), coalesce(({_MARKED}), ({_TOP})))"
 # A stamped `set` is one statement: a TEMP trigger (this connection's alone, so another process,
-# an older taskstate or a store with history off never runs it) raises the key's mark, appends
-# the version and trims, inside the write's own statement. It fires only while
-# `taskstate_op()` names the operation: `set` names it around its statement (every other write
-# appends its version itself). Measured in bench/README.md ("History").
+# an older taskstate or a store with history off never runs it) appends the version and trims,
+# inside the write's own statement. It fires only while `taskstate_op()` names the operation:
+# `set` names it around its statement (every other write appends its version itself). Measured
+# in bench/README.md ("History").
 _VERSIONING_BODY = (
-    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (new.namespace, new.key, 1) "
-    "ON CONFLICT (namespace, key) DO UPDATE SET version = version + 1; "
-    f"INSERT INTO {VERSIONS} SELECT new.namespace, new.key, m.version, new.value, "
-    f"new.expires_at, new.updated_at, new.updated_by, taskstate_op() FROM {MARKS} m "
-    "WHERE m.namespace = new.namespace AND m.key = new.key; "
+    f"INSERT INTO {VERSIONS} VALUES (new.namespace, new.key, "
+    f"{_NEXT_OF.format(ns='new.namespace', key='new.key')}, new.value, new.expires_at, "
+    "new.updated_at, new.updated_by, taskstate_op()); "
     f"DELETE FROM {VERSIONS} WHERE namespace = new.namespace AND key = new.key AND version <= "
-    f"(SELECT version FROM {MARKS} WHERE namespace = new.namespace AND key = new.key) "
-    "- taskstate_keep();"
+    f"({_TOP_VERSION.format(ns='new.namespace', key='new.key')}) - taskstate_keep();"
 )
 _VERSIONING = [
     f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_{event} AFTER {event.upper()} "
@@ -215,20 +223,36 @@ _VERSION = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version = ?"
 )
 _FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE namespace = ? AND key = ?"
+# Every key ever written with history on: those with kept versions, and those whose versions
+# were all pruned (their mark).
 _VERSION_KEYS = (
-    f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi ORDER BY 1, 2"
-)
-_TASK_KEYS = (
-    f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi "
-    f"UNION SELECT namespace, key FROM {TABLE} WHERE namespace >= :lo AND namespace < :hi "
+    f"SELECT namespace, key FROM {VERSIONS} WHERE namespace >= :lo AND namespace < :hi "
+    f"UNION SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi "
     "ORDER BY 1, 2"
 )
-_PRUNE = (
-    f"DELETE FROM {VERSIONS} WHERE (namespace, key, version) IN ("
-    f"SELECT v.namespace, v.key, v.version FROM {VERSIONS} v JOIN {MARKS} m "
-    "USING (namespace, key) WHERE v.version <= m.version - :keep OR (v.updated_at < :before "
-    f"AND NOT (v.version = m.version AND EXISTS (SELECT 1 FROM {TABLE} e "
-    "WHERE e.namespace = v.namespace AND e.key = v.key))) LIMIT :limit)"
+_TASK_KEYS = _VERSION_KEYS.replace(
+    " ORDER BY",
+    f" UNION SELECT namespace, key FROM {TABLE} "
+    "WHERE namespace >= :lo AND namespace < :hi ORDER BY",
+)
+# `clean` walks the keys that have versions, one seek each (no index on the versions' age: a
+# write would pay for it), and per key first moves its number into its mark, then deletes its
+# versions past the number kept or older than `before` (but the newest of a live key).
+_NEXT_PRUNED_KEY = (
+    f"SELECT namespace, key FROM {VERSIONS} WHERE (namespace, key) > (?, ?) "
+    "ORDER BY namespace, key LIMIT 1"
+)
+_KEEP_MARK = (
+    f"INSERT INTO {MARKS} (namespace, key, version) "
+    f"SELECT namespace, key, max(version) FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
+    "GROUP BY namespace, key "
+    "ON CONFLICT (namespace, key) DO UPDATE SET version = max(version, excluded.version)"
+)
+_PRUNE_KEY = (
+    f"DELETE FROM {VERSIONS} WHERE namespace = :ns AND key = :key AND ("
+    f"version <= ({_TOP_VERSION.format(ns=':ns', key=':key')}) - :keep OR (updated_at < :before "
+    f"AND NOT (version = ({_TOP_VERSION.format(ns=':ns', key=':key')}) AND EXISTS "
+    f"(SELECT 1 FROM {TABLE} WHERE namespace = :ns AND key = :key))))"
 )
 _VERSION_REFS = f"SELECT value FROM {VERSIONS} WHERE value >= '@' AND value < 'A'"
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= ?"
@@ -658,8 +682,8 @@ class SQLiteBackend(HistoryBackend):
         """An export's versions, in the caller's transaction (`HistoryBackend.set_many`)."""
 
         def mark(namespace: str, key: str) -> int | None:
-            row = conn.execute(_MARK, (namespace, key)).fetchone()
-            return None if row is None else int(row[0])
+            found = conn.execute(_MARK, (namespace, key)).fetchone()[0]
+            return None if found is None else int(found)
 
         def exists(namespace: str, key: str) -> bool:
             return conn.execute(_EXISTS, (namespace, key)).fetchone() is not None
@@ -721,10 +745,24 @@ class SQLiteBackend(HistoryBackend):
                     self._append(conn, namespace, key, None, None, stamp)
 
     @_typed_errors
-    def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
-        """As `StateBackend.prune_versions`: one DELETE of the versions past `keep` or `before`."""
-        params = {"keep": keep, "before": -_INF if before is None else before, "limit": limit or -1}
-        return self._conn().execute(_PRUNE, params).rowcount
+    def prune_versions(
+        self, keep: int, before: float | None, limit: int, after: tuple[str, str] | None = None
+    ) -> tuple[int, tuple[str, str] | None]:
+        """As `StateBackend.prune_versions`: up to `limit` keys after `after`, in one write
+        transaction, each a seek, a mark and a DELETE of its own versions."""
+        params: dict[str, Any] = {"keep": keep, "before": -_INF if before is None else before}
+        at = after or ("", "")
+        pruned = 0
+        with self._write_transaction(self._conn()) as conn:
+            for _ in range(limit) if limit > 0 else itertools.count():
+                found = conn.execute(_NEXT_PRUNED_KEY, at).fetchone()
+                if found is None:
+                    return pruned, None
+                at = (found[0], found[1])
+                params.update(ns=at[0], key=at[1])
+                conn.execute(_KEEP_MARK, params)
+                pruned += conn.execute(_PRUNE_KEY, params).rowcount
+        return pruned, at
 
     def version_refs(self) -> Iterator[str]:
         """As `StateBackend.version_refs`: the offloaded (`@`) values among the versions."""
