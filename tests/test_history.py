@@ -8,7 +8,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -258,12 +258,44 @@ def test_a_number_is_not_reused_after_pruning_took_every_version(url: str) -> No
     assert [v.version for v in state.history("k")] == [12, 11]
 
 
+def test_as_of_finds_the_version_held_then_among_many_and_times_never_go_back(
+    url: str,
+) -> None:
+    """`as_of` on SQLite is a binary search of the key's numbers (times never decrease along
+    them): checked against every version's own interval, over gaps the trim and pruning leave;
+    a writer whose clock is behind is stamped at the version it follows."""
+    clock = Clock()
+    store = local(url, clock, history_versions=200)
+    state = store.task_state(SCOPE)
+    for n in range(300):
+        state.set("k", n)
+        clock.tick(1 + n % 3)
+    clock.now -= 100  # a writer whose clock is behind
+    state.set("k", "late")
+    newest = state.history("k")
+    assert newest[0].value == "late" and newest[0].updated_at == newest[1].updated_at
+    state.delete("k")
+    clock.tick()
+    state.set("k", "back")
+    kept = list(reversed(state.history("k")))  # oldest first: 103 .. 303
+    assert len(kept) == 200 and kept[0].version == 104
+    times = [v.updated_at for v in kept]
+    assert times == sorted(times)
+    for at in times:  # the newest version stamped at or before (ties: the later number)
+        held = [v for v in kept if v.updated_at <= at][-1]
+        assert state.get("k", as_of=at) == held.value
+    assert state.get("k", as_of=times[-1] + timedelta(seconds=1)) == "back"
+    with pytest.raises(HistoryUnavailableError):
+        state.get("k", as_of=datetime.fromtimestamp(clock.now - 10**7, timezone.utc))
+
+
 def test_sqlite_history_written_at_the_previous_schema_migrates_with_its_numbers(
     tmp_path: Path,
 ) -> None:
     """A store whose versions were written before the migration that stopped writing marks on
     each write (the mark then led, and could be ahead of the newest kept version): after it,
-    numbers go on from the mark, and `as_of` and `clean` read the old versions."""
+    numbers go on from the mark, `as_of` reads the old versions, and a version stamped before
+    the one it follows takes that one's time."""
     import sqlite3
 
     from taskstate.backends import sqlite as sqlite_backend
@@ -287,6 +319,11 @@ def test_sqlite_history_written_at_the_previous_schema_migrates_with_its_numbers
         "'delete')",
         (ns,),
     )
+    # "skew": version 2 written by a clock behind version 1's: the migration stamps it at 1's.
+    conn.executemany(
+        "INSERT INTO taskstate_versions VALUES (?, 'skew', ?, '1', NULL, ?, NULL, 'set')",
+        [(ns, 1, 1_000_010.0), (ns, 2, 1_000_002.0)],
+    )
     conn.execute(f"PRAGMA user_version = {previous}")
     conn.commit()
     conn.close()
@@ -306,7 +343,10 @@ def test_sqlite_history_written_at_the_previous_schema_migrates_with_its_numbers
     indexes = sqlite3.connect(path).execute(
         "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'taskstate_versions'"
     )
-    assert "taskstate_versions_age" not in {name for (name,) in indexes}
+    # The age and (key, time) indexes are gone: a version is one row in one b-tree.
+    assert indexes.fetchall() == []
+    skew = state.history("skew")
+    assert [v.updated_at.timestamp() for v in skew] == [1_000_010.0, 1_000_010.0]
 
 
 def test_expiry_by_cleanup_is_a_version(url: str) -> None:

@@ -273,7 +273,9 @@ _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= %s"
 # History: one statement per write (one round trip, as without history). `w` is what the write
 # changed (namespace, key, value, expires_at; value NULL for a deletion); each such key of user
 # state appends a version numbered one past its newest kept version, or past its mark once
-# pruning took every version (pruning keeps the number in the mark first), so a write only
+# pruning took every version (pruning keeps the number in the mark first), and stamped no
+# earlier than its newest kept version (a writer whose clock is behind takes that version's
+# time, so times never decrease along a key's numbers, as on SQLite); so a write only
 # reads the marks: it inserts a key's mark once, as the record that the key has history
 # (`version_keys`, `task_versions`, `clean`'s walk), and never updates it. A single-key write
 # also trims the key's versions beyond the number kept. Two writers of one key queue on its
@@ -290,7 +292,8 @@ _MARK_AND_KEEP = (
     "SELECT w.namespace, w.key, 1 + greatest("
     f"(SELECT max(version) FROM {VERSIONS} WHERE {_OF_W}), "
     f"(SELECT version FROM {MARKS} WHERE {_OF_W}), 0), "
-    "w.value, w.expires_at, %(at)s, %(by)s, %(op)s "
+    "w.value, w.expires_at, greatest(%(at)s, "
+    f"(SELECT max(updated_at) FROM {VERSIONS} WHERE {_OF_W})), %(by)s, %(op)s "
     "FROM w WHERE left(w.namespace, 2) <> %(meta)s RETURNING version) "
 )
 _TRIM = (
@@ -339,11 +342,15 @@ _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
 _MARK_FOR_UPDATE = f"SELECT version FROM {MARKS} WHERE {_KEY} FOR UPDATE"
 _TOP_VERSION = f"SELECT max(version) FROM {VERSIONS} WHERE {_KEY}"
 _EXISTS = f"SELECT 1 FROM {TABLE} WHERE {_KEY}"
+# An export's version, numbered by the importer, stamped no earlier than the one before it.
 _APPEND_IMPORTED = (
     f"INSERT INTO {VERSIONS} "
     "(namespace, key, version, value, expires_at, updated_at, updated_by, op) "
-    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
+    "SELECT %(ns)s, %(key)s, %(v)s, %(value)s, %(exp)s, greatest(%(at)s, "
+    f"(SELECT max(updated_at) FROM {VERSIONS} WHERE {_NAMED_KEY} AND version < %(v)s)), "
+    "%(by)s, %(op)s"
 )
+_IMPORTED_FIELDS = ("ns", "key", "v", "value", "exp", "at", "by", "op")
 _RAISE_MARK = (
     f"INSERT INTO {MARKS} (namespace, key, version) VALUES (%s, %s, %s) "
     f"ON CONFLICT (namespace_md5, key_md5) DO UPDATE SET "
@@ -945,8 +952,9 @@ class PostgresBackend(HistoryBackend):
             return conn.execute(_EXISTS, (namespace, key)).fetchone() is not None
 
         for namespace, key, rows, top in imported_versions(versions, replace, exists, mark):
+            named = [dict(zip(_IMPORTED_FIELDS, row, strict=True)) for row in rows]
             with conn.cursor() as cursor:
-                cursor.executemany(_APPEND_IMPORTED, rows)
+                cursor.executemany(_APPEND_IMPORTED, named)
             conn.execute(_RAISE_MARK, (namespace, key, top))
             conn.execute(_TRIM_TO, (namespace, key, top - self.history_versions))
 
