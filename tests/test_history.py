@@ -448,6 +448,41 @@ def test_export_with_history_round_trips_and_numbers_stay_monotone(
 
 
 @pytest.mark.postgres
+def test_postgres_history_written_at_the_previous_schema_migrates_with_its_numbers(
+    fresh_postgres_url: str,
+) -> None:
+    """The last migration step on a store whose history the previous schema wrote (the age
+    index there, marks that led): the index is dropped online, and numbers go on from the
+    marks (one ahead of its key's newest kept version, one whose versions are all gone)."""
+    import psycopg
+
+    from taskstate.backends import postgres as pg_backend
+
+    clock = Clock()
+    store = local(fresh_postgres_url, clock)
+    store.migrate()
+    state = store.task_state(SCOPE)
+    state.set("k", 1)
+    state.set("gone", 1)
+    latest = len(pg_backend.MIGRATIONS)
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE INDEX taskstate_versions_age ON taskstate_versions (updated_at)")
+        conn.execute("DELETE FROM taskstate_schema_version WHERE version = %s", (latest,))
+        conn.execute("UPDATE taskstate_version_marks SET version = 7 WHERE key = 'k'")
+        conn.execute("UPDATE taskstate_version_marks SET version = 9 WHERE key = 'gone'")
+        conn.execute("DELETE FROM taskstate_versions WHERE key = 'gone'")
+    assert store.schema_status().current == latest - 1
+    assert store.migrate() == [latest]
+    with psycopg.connect(fresh_postgres_url) as conn:
+        row = conn.execute("SELECT to_regclass('taskstate_versions_age')").fetchone()
+        assert row is not None and row[0] is None
+    state.set("k", 2)
+    state.set("gone", 2)
+    assert [v.version for v in state.history("k")] == [8, 1]
+    assert [v.version for v in state.history("gone")] == [10]
+
+
+@pytest.mark.postgres
 def test_postgres_as_of_seeks_the_at_index_in_custom_and_generic_plans(
     fresh_postgres_url: str,
 ) -> None:
