@@ -184,20 +184,21 @@ _TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
 # History: a version is numbered one past the key's newest kept version, or past its mark when
 # it has none (pruning moves a key's number into its mark before it deletes the key's newest
 # version, so a number is never reused), and stamped no earlier than that newest version (so
-# times never decrease along the numbers: `_VERSIONS_AT`); then (once past the number kept) the
-# trim of the versions that fell out of the window, all in the write's transaction. Reads, then
-# one row into one b-tree (and a delete on the same pages): no mark and no index is written.
+# times never decrease along the numbers: `_VERSIONS_AT`), in the write's transaction. Reads
+# (primary-key seeks), then one row into one b-tree: no mark and no index is written. The
+# versions past the number kept are trimmed by the write (every `_TRIM_EVERY`-th of a `set`,
+# in one DELETE) and never read (`_WINDOW`).
 _TOP_VERSION = f"SELECT max(version) FROM {VERSIONS} WHERE namespace = {{ns}} AND key = {{key}}"
 _MARK_OF = f"SELECT version FROM {MARKS} WHERE namespace = {{ns}} AND key = {{key}}"
 _NEWEST = (
-    f"SELECT version, updated_at FROM {VERSIONS} WHERE namespace = {{ns}} AND key = {{key}} "
-    "ORDER BY version DESC LIMIT 1"
+    f"(SELECT {{column}} FROM {VERSIONS} WHERE namespace = {{ns}} AND key = {{key}} "
+    "ORDER BY version DESC LIMIT 1)"
 )
 _APPEND_NEW = (
-    f"INSERT INTO {VERSIONS} SELECT {{ns}}, {{key}}, "
-    f"1 + max(coalesce(t.version, 0), coalesce(({_MARK_OF}), 0)), {{value}}, {{expires_at}}, "
-    "max({at}, coalesce(t.updated_at, {at})), {by}, {op} "
-    f"FROM (SELECT 1) LEFT JOIN ({_NEWEST}) AS t"
+    f"INSERT INTO {VERSIONS} VALUES ({{ns}}, {{key}}, 1 + max(coalesce("
+    f"{_NEWEST.format(column='version', ns='{ns}', key='{key}')}, 0), "
+    f"coalesce(({_MARK_OF}), 0)), {{value}}, {{expires_at}}, max({{at}}, coalesce("
+    f"{_NEWEST.format(column='updated_at', ns='{ns}', key='{key}')}, {{at}})), {{by}}, {{op}})"
 )
 _APPEND = _APPEND_NEW.format(
     ns="?1", key="?2", value="?3", expires_at="?4", at="?5", by="?6", op="?7"
@@ -216,29 +217,32 @@ _TRIM = f"DELETE FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version <= 
 # The key's number so far (None: it never had a version): its newest kept version or its mark.
 _KEPT, _MARKED = _TOP_VERSION.format(ns="?1", key="?2"), _MARK_OF.format(ns="?1", key="?2")
 _MARK = f"SELECT max(coalesce(({_KEPT}), ({_MARKED})), coalesce(({_MARKED}), ({_KEPT})))"
-# A stamped `set` is one statement: a TEMP trigger (this connection's alone, so another process,
-# an older taskstate or a store with history off never runs it) appends the version and trims,
-# inside the write's own statement. It fires only while `taskstate_op()` names the operation:
-# `set` names it around its statement (every other write appends its version itself). Measured
-# in bench/README.md ("History").
-_VERSIONING_BODY = (
-    _APPEND_NEW.format(
-        ns="new.namespace",
-        key="new.key",
-        value="new.value",
-        expires_at="new.expires_at",
-        at="new.updated_at",
-        by="new.updated_by",
-        op="taskstate_op()",
-    )
-    + "; "
-    f"DELETE FROM {VERSIONS} WHERE namespace = new.namespace AND key = new.key AND version <= "
-    f"({_TOP_VERSION.format(ns='new.namespace', key='new.key')}) - taskstate_keep();"
+# A stamped `set` is one statement: TEMP triggers (this connection's alone, so another process,
+# an older taskstate or a store with history off never runs them) append the version and, on
+# every `_TRIM_EVERY`-th number, trim the key's versions past the number kept, inside the
+# write's own statement. They fire only while `taskstate_op()` names the operation: `set`
+# names it around its statement (every other write appends and trims itself). Measured in
+# bench/README.md ("History").
+_TRIM_EVERY = 16
+_VERSIONING_BODY = _APPEND_NEW.format(
+    ns="new.namespace",
+    key="new.key",
+    value="new.value",
+    expires_at="new.expires_at",
+    at="new.updated_at",
+    by="new.updated_by",
+    op="taskstate_op()",
 )
 _VERSIONING = [
-    f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_{event} AFTER {event.upper()} "
-    f"ON {TABLE} WHEN taskstate_op() IS NOT NULL BEGIN {_VERSIONING_BODY} END"
-    for event in ("insert", "update")
+    *(
+        f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_{event} AFTER {event.upper()} "
+        f"ON {TABLE} WHEN taskstate_op() IS NOT NULL BEGIN {_VERSIONING_BODY}; END"
+        for event in ("insert", "update")
+    ),
+    f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_trim AFTER INSERT ON {VERSIONS} "
+    f"WHEN new.version % {_TRIM_EVERY} = 0 AND taskstate_op() IS NOT NULL BEGIN "
+    f"DELETE FROM {VERSIONS} WHERE namespace = new.namespace AND key = new.key "
+    "AND version <= new.version - taskstate_keep(); END",
 ]
 _RAISE_MARK = (
     f"INSERT INTO {MARKS} (namespace, key, version) VALUES (?, ?, ?) "
@@ -246,9 +250,14 @@ _RAISE_MARK = (
 )
 _EXISTS = f"SELECT 1 FROM {TABLE} WHERE namespace = ? AND key = ?"
 _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
+# The versions a read sees: the newest `:keep` numbers (a `set` trims the older ones in batches).
+_WINDOW = (
+    f"version > coalesce((SELECT max(version) FROM {VERSIONS} WHERE namespace = :ns "
+    "AND key = :key), 0) - :keep"
+)
 _HISTORY = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
-    "ORDER BY version DESC LIMIT :limit"
+    f"AND {_WINDOW} ORDER BY version DESC LIMIT :limit"
 )
 # As of an instant: the newest version stamped at or before it. Times never decrease along a
 # key's numbers (`_APPEND_NEW`), so a binary search of the primary key finds it, one seek per
@@ -262,17 +271,22 @@ _FIRST_FROM_MID = (
 _EARLY = f"(SELECT updated_at {_FIRST_FROM_MID}) <= :at"
 _VERSIONS_AT = (
     "WITH RECURSIVE b(lo, hi) AS ("
-    f"SELECT min(version), max(version) FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
+    f"SELECT max(min(version), max(version) - :keep + 1), max(version) FROM {VERSIONS} "
+    "WHERE namespace = :ns AND key = :key "
     f"UNION ALL SELECT CASE WHEN {_EARLY} THEN (SELECT version {_FIRST_FROM_MID}) ELSE lo END, "
     f"CASE WHEN {_EARLY} THEN hi ELSE (lo + hi + 1) / 2 - 1 END FROM b WHERE lo < hi) "
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
-    "AND version <= (SELECT min(hi) FROM b) AND updated_at <= :at "
-    "ORDER BY version DESC LIMIT :limit"
+    "AND version <= (SELECT min(hi) FROM b) AND version >= (SELECT lo FROM b LIMIT 1) "
+    "AND updated_at <= :at ORDER BY version DESC LIMIT :limit"
 )
 _VERSION = (
-    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version = ?"
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
+    f"AND version = :v AND {_WINDOW}"
 )
-_FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE namespace = ? AND key = ?"
+_FIRST_VERSION = (
+    f"SELECT max(min(version), max(version) - :keep + 1) FROM {VERSIONS} "
+    "WHERE namespace = :ns AND key = :key"
+)
 # Every key ever written with history on: those with kept versions, and those whose versions
 # were all pruned (their mark).
 _VERSION_KEYS = (
@@ -745,19 +759,22 @@ class SQLiteBackend(HistoryBackend):
     ) -> list[VersionRow]:
         """As `HistoryBackend.versions`: newest first; `at` is one seek on the updated_at index."""
         params = {"ns": namespace, "key": key, "limit": limit, "at": at}
+        params["keep"] = self.history_versions
         sql = _HISTORY if at is None else _VERSIONS_AT
         return [VersionRow(*row) for row in self._conn().execute(sql, params)]
 
     @_typed_errors
     def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
         """As `HistoryBackend.version`: one primary-key SELECT on the versions table."""
-        row = self._conn().execute(_VERSION, (namespace, key, version)).fetchone()
+        params = {"ns": namespace, "key": key, "v": version, "keep": self.history_versions}
+        row = self._conn().execute(_VERSION, params).fetchone()
         return None if row is None else VersionRow(*row)
 
     @_typed_errors
     def first_version(self, namespace: str, key: str) -> int | None:
         """As `HistoryBackend.first_version`: the key's lowest version still kept."""
-        found = self._conn().execute(_FIRST_VERSION, (namespace, key)).fetchone()[0]
+        params = {"ns": namespace, "key": key, "keep": self.history_versions}
+        found = self._conn().execute(_FIRST_VERSION, params).fetchone()[0]
         return None if found is None else int(found)
 
     @_typed_errors
