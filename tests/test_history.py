@@ -4,6 +4,7 @@ PostgreSQL, each used directly and over HTTP (the remote accessors through `task
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Iterator
@@ -290,22 +291,35 @@ def test_as_of_finds_the_version_held_then_among_many_and_times_never_go_back(
         state.get("k", as_of=datetime.fromtimestamp(clock.now - 10**7, timezone.utc))
 
 
-def test_sqlite_set_trims_in_batches_and_reads_never_see_past_the_window(tmp_path: Path) -> None:
-    """A `set` trims its key's versions past the number kept every 16th version, in one DELETE:
-    the table holds fewer than kept + 16 of a key, and no read sees past the kept number."""
-    import sqlite3
+def _version_rows(url: str) -> tuple[int, int]:
+    """How many versions the database holds, and the lowest number (what no read shows)."""
+    if url.startswith("sqlite"):
+        import sqlite3
 
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            found = conn.execute("SELECT count(*), min(version) FROM taskstate_versions")
+            count, oldest = found.fetchone()
+    else:
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT count(*), min(version) FROM taskstate_versions").fetchone()
+            assert row is not None
+            count, oldest = row
+    return int(count), int(oldest)
+
+
+def test_writes_trim_in_batches_and_reads_never_see_past_the_window(url: str) -> None:
+    """A write trims its key's versions past the number kept every 16th version, in one DELETE:
+    the table holds fewer than kept + 16 of a key, and no read sees past the kept number."""
     clock = Clock()
-    store = local(f"sqlite:///{tmp_path}/s.db", clock, history_versions=3)
+    store = local(url, clock, history_versions=3)
     state = store.task_state(SCOPE)
     first = clock.tick()
-    for n in range(1000):
+    for n in range(100):
         state.set("k", n)
         clock.tick()
-        rows = sqlite3.connect(tmp_path / "s.db").execute(
-            "SELECT count(*), min(version) FROM taskstate_versions"
-        )
-        count, oldest = rows.fetchone()
+        count, oldest = _version_rows(url)
         assert count < 3 + 16
         if n == 9:  # versions 1-10 are there; 1-7 are past the window
             assert oldest == 1 and [v.version for v in state.history("k", 10)] == [10, 9, 8]
@@ -523,7 +537,7 @@ def test_postgres_as_of_seeks_the_at_index_in_custom_and_generic_plans(
         store.migrate()
     namespace = SCOPE.namespace
     sql = postgres._VERSIONS_AT
-    for name, number in (("ns", 1), ("key", 2), ("at", 3), ("limit", 4)):
+    for name, number in (("ns", 1), ("key", 2), ("at", 3), ("limit", 4), ("keep", 5)):
         sql = sql.replace(f"%({name})s", f"${number}")
     with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
         conn.execute(
@@ -533,13 +547,15 @@ def test_postgres_as_of_seeks_the_at_index_in_custom_and_generic_plans(
             (namespace,),
         )
         conn.execute("ANALYZE taskstate_versions")
-        conn.execute(f"PREPARE as_of(text, text, float8, int) AS {sql}")
+        conn.execute(f"PREPARE as_of(text, text, float8, int, int) AS {sql}")
         literal = namespace.replace("'", "''")
         for mode in ("force_custom_plan", "force_generic_plan"):
             conn.execute(f"SET plan_cache_mode = {mode}")
             plan = "\n".join(
                 row[0]
-                for row in conn.execute(f"EXPLAIN EXECUTE as_of('{literal}', 'k7', 1025000.5, 1)")
+                for row in conn.execute(
+                    f"EXPLAIN EXECUTE as_of('{literal}', 'k7', 1025000.5, 1, 100)"
+                )
             )
             assert "Index Scan Backward using taskstate_versions_at" in plan, (mode, plan)
             assert "Sort" not in plan, (mode, plan)

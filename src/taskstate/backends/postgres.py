@@ -296,8 +296,12 @@ _MARK_AND_KEEP = (
     f"(SELECT max(updated_at) FROM {VERSIONS} WHERE {_OF_W})), %(by)s, %(op)s "
     "FROM w WHERE left(w.namespace, 2) <> %(meta)s RETURNING version) "
 )
+# The trim runs on every `_TRIM_EVERY`-th version of a key, in one DELETE (otherwise the plan's
+# one-time filter skips it); reads never see past the number kept (`_WINDOW`).
+_TRIM_EVERY = 16
 _TRIM = (
-    f"DELETE FROM {VERSIONS} WHERE {_NAMED_KEY} AND version <= (SELECT version FROM v) - %(keep)s"
+    f"DELETE FROM {VERSIONS} WHERE (SELECT version FROM v) %% {_TRIM_EVERY} = 0 "
+    f"AND {_NAMED_KEY} AND version <= (SELECT version FROM v) - %(keep)s"
 )
 _SET_KEPT = (
     f"WITH w AS (INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
@@ -357,17 +361,26 @@ _RAISE_MARK = (
     f"version = greatest({MARKS}.version, excluded.version)"
 )
 _TRIM_TO = f"DELETE FROM {VERSIONS} WHERE {_KEY} AND version <= %s"
+# The versions a read sees: the newest `keep` numbers (the writes trim the older ones in batches).
+_WINDOW = (
+    f"version > coalesce((SELECT max(version) FROM {VERSIONS} WHERE {_NAMED_KEY}), 0) - %(keep)s"
+)
 _HISTORY = (
-    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} "
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND {_WINDOW} "
     "ORDER BY version DESC LIMIT %(limit)s"
 )
 # As of an instant: through the (namespace_md5, key_md5, updated_at) index, one seek.
 _VERSIONS_AT = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND updated_at <= %(at)s "
-    "ORDER BY updated_at DESC, version DESC LIMIT %(limit)s"
+    f"AND {_WINDOW} ORDER BY updated_at DESC, version DESC LIMIT %(limit)s"
 )
-_VERSION = f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND version = %(v)s"
-_FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE {_NAMED_KEY}"
+_VERSION = (
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND version = %(v)s "
+    f"AND {_WINDOW}"
+)
+_FIRST_VERSION = (
+    f"SELECT greatest(min(version), max(version) - %(keep)s + 1) FROM {VERSIONS} WHERE {_NAMED_KEY}"
+)
 # Every key of a task instance that ever had a version (its mark) or has a row.
 _VERSION_KEYS = f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} ORDER BY 1, 2"
 _TASK_KEYS = (
@@ -965,19 +978,20 @@ class PostgresBackend(HistoryBackend):
     ) -> list[VersionRow]:
         """As `HistoryBackend.versions`: newest first, or the versions as of `at`; one SELECT."""
         params = {"ns": namespace, "key": key, "limit": limit, "at": at}
+        params["keep"] = self.history_versions
         sql = _HISTORY if at is None else _VERSIONS_AT
         rows = self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchall())
         return [VersionRow(*row) for row in rows]
 
     def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
         """As `HistoryBackend.version`: one primary-key SELECT on the versions table."""
-        params = {"ns": namespace, "key": key, "v": version}
+        params = {"ns": namespace, "key": key, "v": version, "keep": self.history_versions}
         row = self._run(lambda conn: conn.execute(_VERSION, params).fetchone())
         return None if row is None else VersionRow(*row)
 
     def first_version(self, namespace: str, key: str) -> int | None:
         """As `HistoryBackend.first_version`: the key's lowest version still kept."""
-        params = {"ns": namespace, "key": key}
+        params = {"ns": namespace, "key": key, "keep": self.history_versions}
         row = self._run(lambda conn: conn.execute(_FIRST_VERSION, params).fetchone())
         return None if row is None or row[0] is None else int(row[0])
 
