@@ -269,15 +269,20 @@ _FIRST_FROM_MID = (
     "ORDER BY version LIMIT 1"
 )
 _EARLY = f"(SELECT updated_at {_FIRST_FROM_MID}) <= :at"
+_KEY_VERSIONS = f"FROM {VERSIONS} WHERE namespace = :ns AND key = :key"
 _VERSIONS_AT = (
-    "WITH RECURSIVE b(lo, hi) AS ("
-    f"SELECT max(min(version), max(version) - :keep + 1), max(version) FROM {VERSIONS} "
-    "WHERE namespace = :ns AND key = :key "
+    "WITH RECURSIVE b(lo, hi) AS (SELECT "
+    f"max((SELECT min(version) {_KEY_VERSIONS}), "
+    f"(SELECT max(version) {_KEY_VERSIONS}) - :keep + 1), (SELECT max(version) {_KEY_VERSIONS}) "
     f"UNION ALL SELECT CASE WHEN {_EARLY} THEN (SELECT version {_FIRST_FROM_MID}) ELSE lo END, "
     f"CASE WHEN {_EARLY} THEN hi ELSE (lo + hi + 1) / 2 - 1 END FROM b WHERE lo < hi) "
-    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
-    "AND version <= (SELECT min(hi) FROM b) AND version >= (SELECT lo FROM b LIMIT 1) "
-    "AND updated_at <= :at ORDER BY version DESC LIMIT :limit"
+    f"SELECT {_VERSION_COLUMNS} {_KEY_VERSIONS} "
+    "AND version = (SELECT min(hi) FROM b) AND updated_at <= :at"
+)
+# The versions before one (`versions(at=...)` with a limit past 1).
+_VERSIONS_BELOW = (
+    f"SELECT {_VERSION_COLUMNS} {_KEY_VERSIONS} AND version < :below AND {_WINDOW} "
+    "ORDER BY version DESC LIMIT :limit"
 )
 _VERSION = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
@@ -760,8 +765,13 @@ class SQLiteBackend(HistoryBackend):
         """As `HistoryBackend.versions`: newest first; `at` is one seek on the updated_at index."""
         params = {"ns": namespace, "key": key, "limit": limit, "at": at}
         params["keep"] = self.history_versions
-        sql = _HISTORY if at is None else _VERSIONS_AT
-        return [VersionRow(*row) for row in self._conn().execute(sql, params)]
+        if at is None:
+            return [VersionRow(*row) for row in self._conn().execute(_HISTORY, params)]
+        found = [VersionRow(*row) for row in self._conn().execute(_VERSIONS_AT, params)]
+        if found and limit > 1:
+            params.update(below=found[0].version, limit=limit - 1)
+            found += [VersionRow(*row) for row in self._conn().execute(_VERSIONS_BELOW, params)]
+        return found[:limit]
 
     @_typed_errors
     def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
