@@ -272,36 +272,21 @@ _TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= %s"
 # History: one statement per write (one round trip, as without history). `w` is what the write
 # changed (namespace, key, value, expires_at; value NULL for a deletion); each such key of user
-# state appends a version numbered one past its newest kept version, or past its mark once
-# pruning took every version (pruning keeps the number in the mark first), and stamped no
-# earlier than its newest kept version (a writer whose clock is behind takes that version's
-# time, so times never decrease along a key's numbers, as on SQLite); so a write only
-# reads the marks: it inserts a key's mark once, as the record that the key has history
-# (`version_keys`, `task_versions`, `clean`'s walk), and never updates it. A single-key write
-# also trims the key's versions beyond the number kept. Two writers of one key queue on its
-# row, but the second's number comes from the statement's snapshot: if it is taken, the
-# versions' primary key refuses it, nothing is written, and `_run` runs the statement again.
+# state takes the next number from its mark and appends a version; a single-key write also
+# trims the key's versions beyond the number kept.
 _NAMED_KEY = "(namespace_md5, key_md5) = (md5(%(ns)s)::uuid, md5(%(key)s)::uuid)"
-_OF_W = "(namespace_md5, key_md5) = (md5(w.namespace)::uuid, md5(w.key)::uuid)"
 _MARK_AND_KEEP = (
     f"m AS (INSERT INTO {MARKS} (namespace, key, version) "
-    "SELECT namespace, key, 0 FROM w WHERE left(namespace, 2) <> %(meta)s "
-    "ON CONFLICT (namespace_md5, key_md5) DO NOTHING), "
+    "SELECT namespace, key, 1 FROM w WHERE left(namespace, 2) <> %(meta)s "
+    f"ON CONFLICT (namespace_md5, key_md5) DO UPDATE SET version = {MARKS}.version + 1 "
+    "RETURNING namespace, key, version), "
     f"v AS (INSERT INTO {VERSIONS} "
     "(namespace, key, version, value, expires_at, updated_at, updated_by, op) "
-    "SELECT w.namespace, w.key, 1 + greatest("
-    f"(SELECT max(version) FROM {VERSIONS} WHERE {_OF_W}), "
-    f"(SELECT version FROM {MARKS} WHERE {_OF_W}), 0), "
-    "w.value, w.expires_at, greatest(%(at)s, "
-    f"(SELECT max(updated_at) FROM {VERSIONS} WHERE {_OF_W})), %(by)s, %(op)s "
-    "FROM w WHERE left(w.namespace, 2) <> %(meta)s RETURNING version) "
+    "SELECT m.namespace, m.key, m.version, w.value, w.expires_at, %(at)s, %(by)s, %(op)s "
+    "FROM m JOIN w ON m.namespace = w.namespace AND m.key = w.key RETURNING 1) "
 )
-# The trim runs on every `_TRIM_EVERY`-th version of a key, in one DELETE (otherwise the plan's
-# one-time filter skips it); reads never see past the number kept (`_WINDOW`).
-_TRIM_EVERY = 16
 _TRIM = (
-    f"DELETE FROM {VERSIONS} WHERE (SELECT version FROM v) %% {_TRIM_EVERY} = 0 "
-    f"AND {_NAMED_KEY} AND version <= (SELECT version FROM v) - %(keep)s"
+    f"DELETE FROM {VERSIONS} WHERE {_NAMED_KEY} AND version <= (SELECT version FROM m) - %(keep)s"
 )
 _SET_KEPT = (
     f"WITH w AS (INSERT INTO {TABLE} (namespace, key, value, expires_at, updated_at, updated_by) "
@@ -344,52 +329,39 @@ _DELETE_EXPIRED_BATCH_NAMED = (
 _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
 # Importing an export's versions (`set_many`); parameters positional, as `_KEY`.
 _MARK_FOR_UPDATE = f"SELECT version FROM {MARKS} WHERE {_KEY} FOR UPDATE"
-_TOP_VERSION = f"SELECT max(version) FROM {VERSIONS} WHERE {_KEY}"
 _EXISTS = f"SELECT 1 FROM {TABLE} WHERE {_KEY}"
-# An export's version, numbered by the importer, stamped no earlier than the one before it.
 _APPEND_IMPORTED = (
     f"INSERT INTO {VERSIONS} "
     "(namespace, key, version, value, expires_at, updated_at, updated_by, op) "
-    "SELECT %(ns)s, %(key)s, %(v)s, %(value)s, %(exp)s, greatest(%(at)s, "
-    f"(SELECT max(updated_at) FROM {VERSIONS} WHERE {_NAMED_KEY} AND version < %(v)s)), "
-    "%(by)s, %(op)s"
+    "VALUES (%s, %s, %s, %s, %s, %s, %s, %s)"
 )
-_IMPORTED_FIELDS = ("ns", "key", "v", "value", "exp", "at", "by", "op")
 _RAISE_MARK = (
     f"INSERT INTO {MARKS} (namespace, key, version) VALUES (%s, %s, %s) "
     f"ON CONFLICT (namespace_md5, key_md5) DO UPDATE SET "
     f"version = greatest({MARKS}.version, excluded.version)"
 )
 _TRIM_TO = f"DELETE FROM {VERSIONS} WHERE {_KEY} AND version <= %s"
-# The versions a read sees: the newest `keep` numbers (the writes trim the older ones in batches).
-_WINDOW = (
-    f"version > coalesce((SELECT max(version) FROM {VERSIONS} WHERE {_NAMED_KEY}), 0) - %(keep)s"
-)
 _HISTORY = (
-    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND {_WINDOW} "
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} "
     "ORDER BY version DESC LIMIT %(limit)s"
 )
 # As of an instant: through the (namespace_md5, key_md5, updated_at) index, one seek.
 _VERSIONS_AT = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND updated_at <= %(at)s "
-    f"AND {_WINDOW} ORDER BY updated_at DESC, version DESC LIMIT %(limit)s"
+    "ORDER BY updated_at DESC, version DESC LIMIT %(limit)s"
 )
-_VERSION = (
-    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND version = %(v)s "
-    f"AND {_WINDOW}"
-)
-_FIRST_VERSION = (
-    f"SELECT greatest(min(version), max(version) - %(keep)s + 1) FROM {VERSIONS} WHERE {_NAMED_KEY}"
-)
+_VERSION = f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE {_NAMED_KEY} AND version = %(v)s"
+_FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE {_NAMED_KEY}"
 # Every key of a task instance that ever had a version (its mark) or has a row.
 _VERSION_KEYS = f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} ORDER BY 1, 2"
 _TASK_KEYS = (
     f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} "
     f"UNION SELECT namespace, key FROM {TABLE} WHERE {_RANGE} ORDER BY 1, 2"
 )
-# One batch of `clean`'s walk over the keys' marks (every key with history has one): per key, its
-# number into its mark, then its versions past the number kept or older than `before` (but the
-# newest of a live key) deleted. Returns how many went, how many keys it saw, and the last.
+# One batch of `clean`'s walk over the keys' marks (every key with history has one, which each
+# write raises): per key, its versions past the number kept or older than `before` (but the
+# newest of a live key) deleted, its mark kept at least at its newest number. Returns how many
+# went, how many keys it saw, and the last.
 _PAIR = "(v.namespace_md5, v.key_md5) = (k.namespace_md5, k.key_md5)"
 _PRUNE = (
     f"WITH k AS (SELECT namespace_md5, key_md5 FROM {MARKS} "
@@ -410,8 +382,6 @@ _VERSION_REFS_PAGE = (
     "ORDER BY namespace_md5, key_md5, version LIMIT %(limit)s"
 )
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
-# A version number a concurrent writer took is asked again at once this many times (`_run`).
-_NUMBER_TAKEN_RETRIES = 10
 
 # Answers while connecting that mean "ask again shortly", as opposed to a wrong password, no such
 # database, an unknown host or an invalid port, which waiting never fixes.
@@ -670,7 +640,6 @@ class PostgresBackend(HistoryBackend):
     def _run(self, op: Callable[[_Connection], T]) -> T:
         """Run `op` on a pooled connection; retry transient failures for a bounded window."""
         backoff = Backoff(self._retry_window_s)
-        taken = 0
         while True:
             pool = None
             # getconn/putconn, not pool.connection(): that also runs a (no-op) commit per call.
@@ -682,23 +651,13 @@ class PostgresBackend(HistoryBackend):
                     return op(conn)
                 finally:
                     pool.putconn(conn)
-            except psycopg.errors.UniqueViolation as exc:
-                # A concurrent writer of the key took the version number this statement read
-                # from its snapshot (`_MARK_AND_KEEP`): nothing was written; run it again on a
-                # new snapshot, at once a few times, then paced like any transient failure.
-                if exc.diag.constraint_name != f"{VERSIONS}_pkey":
-                    raise BackendError(f"PostgreSQL at {self.server}: {exc}") from exc
-                taken += 1
-                if taken <= _NUMBER_TAKEN_RETRIES:
-                    continue
-                last: BaseException = exc
             except psycopg.errors.UndefinedTable:
                 self._probe(check_schema=True)  # raises SchemaMissingError if that is why
                 raise
             except (psycopg.Error, PoolTimeout) as exc:
                 if not _is_transient(exc):
                     raise BackendError(f"PostgreSQL at {self.server}: {exc}") from exc
-                last = exc
+                last: BaseException = exc
             if not backoff.pause():
                 raise BackendUnavailableError(
                     f"PostgreSQL at {self.server} is unavailable: {backoff.attempts} attempts "
@@ -956,18 +915,15 @@ class PostgresBackend(HistoryBackend):
         mark's row lock keeps a concurrent writer from taking a number meanwhile."""
 
         def mark(namespace: str, key: str) -> int | None:
-            marked = conn.execute(_MARK_FOR_UPDATE, (namespace, key)).fetchone()
-            top = conn.execute(_TOP_VERSION, (namespace, key)).fetchone()
-            found = [int(row[0]) for row in (marked, top) if row is not None and row[0] is not None]
-            return max(found) if found else None
+            row = conn.execute(_MARK_FOR_UPDATE, (namespace, key)).fetchone()
+            return None if row is None else int(row[0])
 
         def exists(namespace: str, key: str) -> bool:
             return conn.execute(_EXISTS, (namespace, key)).fetchone() is not None
 
         for namespace, key, rows, top in imported_versions(versions, replace, exists, mark):
-            named = [dict(zip(_IMPORTED_FIELDS, row, strict=True)) for row in rows]
             with conn.cursor() as cursor:
-                cursor.executemany(_APPEND_IMPORTED, named)
+                cursor.executemany(_APPEND_IMPORTED, rows)
             conn.execute(_RAISE_MARK, (namespace, key, top))
             conn.execute(_TRIM_TO, (namespace, key, top - self.history_versions))
 
@@ -978,20 +934,19 @@ class PostgresBackend(HistoryBackend):
     ) -> list[VersionRow]:
         """As `HistoryBackend.versions`: newest first, or the versions as of `at`; one SELECT."""
         params = {"ns": namespace, "key": key, "limit": limit, "at": at}
-        params["keep"] = self.history_versions
         sql = _HISTORY if at is None else _VERSIONS_AT
         rows = self._run(lambda conn: conn.execute(sql, params, prepare=True).fetchall())
         return [VersionRow(*row) for row in rows]
 
     def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
         """As `HistoryBackend.version`: one primary-key SELECT on the versions table."""
-        params = {"ns": namespace, "key": key, "v": version, "keep": self.history_versions}
+        params = {"ns": namespace, "key": key, "v": version}
         row = self._run(lambda conn: conn.execute(_VERSION, params).fetchone())
         return None if row is None else VersionRow(*row)
 
     def first_version(self, namespace: str, key: str) -> int | None:
         """As `HistoryBackend.first_version`: the key's lowest version still kept."""
-        params = {"ns": namespace, "key": key, "keep": self.history_versions}
+        params = {"ns": namespace, "key": key}
         row = self._run(lambda conn: conn.execute(_FIRST_VERSION, params).fetchone())
         return None if row is None or row[0] is None else int(row[0])
 
