@@ -221,8 +221,8 @@ class StateBackend(ABC):
     # -- history (taskstate.history) -------------------------------------------------------------
     # A backend that keeps history sets `keeps_history`; the store then hands its writes a
     # `Stamp` and sets `history_versions` (versions kept per key, 0 = off) from the settings.
-    # A key's next version number is one past its newest kept version, or past its mark (the
-    # number kept when pruning took every version), so a number is never reused.
+    # Version numbers come from a per-key high-water mark that outlives the key and pruning (on
+    # SQLite: the key's newest kept version, or its mark once pruning took every version).
 
     keeps_history: bool = False
     history_versions: int = 0
