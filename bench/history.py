@@ -2,9 +2,10 @@
 vs off, on SQLite and PostgreSQL, each pair in the same process, interleaved round by round;
 then `get(as_of=...)` p50/p99 on a key with 10,000 kept versions, beside a plain `get` of the
 same key in the same loop (so a p99 the machine's load makes is seen as such). On SQLite a
-third side, "explicit", runs the previous path of a versioned `set` (BEGIN IMMEDIATE, the
-write, the mark, the version, the trim, COMMIT: what every write but `set` still does) instead
-of the versioning trigger, for the before/after. PostgreSQL: a server the test harness starts.
+third side, "explicit", runs the explicit path of a versioned `set` (BEGIN IMMEDIATE, the
+write, the version, the trim, COMMIT: what every write but `set` does) instead of the
+versioning trigger. PostgreSQL: a server the test harness starts. Before/after a change across
+two source trees: bench/history_ab.py.
 
     .venv/bin/python bench/history.py [--ops 2000] [--rounds 5] [--versions 10000]
 

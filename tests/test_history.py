@@ -4,11 +4,12 @@ PostgreSQL, each used directly and over HTTP (the remote accessors through `task
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -236,6 +237,171 @@ def test_clean_prunes_by_age_but_keeps_a_live_keys_newest(url: str) -> None:
     assert [v.version for v in state.history("k")] == [6, 5]
 
 
+def test_a_number_is_not_reused_after_pruning_took_every_version(url: str) -> None:
+    """A write takes one past the key's newest kept version; once `clean` prunes a deleted
+    key's every version (its newest included), its mark keeps the number."""
+    clock = Clock()
+    store = local(url, clock, history_versions=3, history_retention_days=1)
+    state = store.task_state(SCOPE)
+    for n in range(5):
+        state.set("k", n)  # versions 1-5; the write trims to 3-5
+    state.set("other", 1)
+    state.delete("k")  # version 6
+    clock.tick(3 * 86400)
+    # All of k's (the 3 kept, and any the writes have not trimmed yet); other keeps its newest.
+    assert store.cleanup(batch_size=1).versions_pruned >= 3
+    assert state.history("k") == []
+    state.set("k", "again")
+    assert [v.version for v in state.history("k")] == [7]
+    state.delete("k")
+    store.task_state(TaskScope("etl", "run_1", "load", 0)).set("k", 1)  # another key: from 1
+    assert state.history("k")[0].version == 8
+    assert store.task_state(TaskScope("etl", "run_1", "load", 0)).history("k")[0].version == 1
+    # A lower setting: `clean` prunes the versions beyond it.
+    for n in range(4):
+        state.set("k", n)  # 9-12
+    store.cleanup()
+    assert [v.version for v in state.history("k")] == [12, 11, 10]
+    narrower = local(url, clock, history_versions=2)
+    assert narrower.cleanup().versions_pruned >= 1  # k's 10 (11 and 12 stay); the others: none
+    assert [v.version for v in state.history("k")] == [12, 11]
+    assert narrower.cleanup().versions_pruned == 0
+
+
+def test_sqlite_as_of_finds_the_version_held_then_among_many_and_times_never_go_back(
+    tmp_path: Path,
+) -> None:
+    """`as_of` on SQLite is a binary search of the key's numbers (times never decrease along
+    them): checked against every version's own interval, over gaps the trim and pruning leave;
+    a writer whose clock is behind is stamped at the version it follows."""
+    clock = Clock()
+    store = local(f"sqlite:///{tmp_path}/s.db", clock, history_versions=200)
+    state = store.task_state(SCOPE)
+    for n in range(300):
+        state.set("k", n)
+        clock.tick(1 + n % 3)
+    clock.now -= 100  # a writer whose clock is behind
+    state.set("k", "late")
+    newest = state.history("k")
+    assert newest[0].value == "late" and newest[0].updated_at == newest[1].updated_at
+    state.delete("k")
+    clock.tick()
+    state.set("k", "back")
+    kept = list(reversed(state.history("k")))  # oldest first: 103 .. 303
+    assert len(kept) == 200 and kept[0].version == 104
+    times = [v.updated_at for v in kept]
+    assert times == sorted(times)
+    for at in times:  # the newest version stamped at or before (ties: the later number)
+        held = [v for v in kept if v.updated_at <= at][-1]
+        assert state.get("k", as_of=at) == held.value
+    assert state.get("k", as_of=times[-1] + timedelta(seconds=1)) == "back"
+    with pytest.raises(HistoryUnavailableError):
+        state.get("k", as_of=datetime.fromtimestamp(clock.now - 10**7, timezone.utc))
+
+
+def _version_rows(url: str) -> tuple[int, int]:
+    """How many versions the database holds, and the lowest number (what no read shows)."""
+    if url.startswith("sqlite"):
+        import sqlite3
+
+        with contextlib.closing(sqlite3.connect(url.removeprefix("sqlite:///"))) as conn:
+            found = conn.execute("SELECT count(*), min(version) FROM taskstate_versions")
+            count, oldest = found.fetchone()
+    else:
+        import psycopg
+
+        with psycopg.connect(url) as conn:
+            row = conn.execute("SELECT count(*), min(version) FROM taskstate_versions").fetchone()
+            assert row is not None
+            count, oldest = row
+    return int(count), int(oldest)
+
+
+def test_writes_trim_in_batches_and_reads_never_see_past_the_window(url: str) -> None:
+    """A write trims its key's versions past the number kept (a SQLite `set` every 16th
+    version, in one DELETE): the table holds fewer than kept + 16 of a key, and no read sees
+    past the kept number."""
+    clock = Clock()
+    store = local(url, clock, history_versions=3)
+    state = store.task_state(SCOPE)
+    first = clock.tick()
+    for n in range(100):
+        state.set("k", n)
+        clock.tick()
+        count, oldest = _version_rows(url)
+        assert count < 3 + 16
+        if n == 9:  # on SQLite versions 1-10 are there; 1-7 are past the window
+            assert oldest == (1 if url.startswith("sqlite") else 8)
+            assert [v.version for v in state.history("k", 10)] == [10, 9, 8]
+            with pytest.raises(HistoryUnavailableError):
+                state.get("k", as_of=first)
+            with pytest.raises(VersionNotFoundError):
+                state.restore("k", 7)
+
+
+def test_sqlite_history_written_at_the_previous_schema_migrates_with_its_numbers(
+    tmp_path: Path,
+) -> None:
+    """A store whose versions were written before the migration that stopped writing marks on
+    each write (the mark then led, and could be ahead of the newest kept version): after it,
+    numbers go on from the mark, `as_of` reads the old versions, and a version stamped before
+    the one it follows takes that one's time."""
+    import sqlite3
+
+    from taskstate.backends import sqlite as sqlite_backend
+
+    path = tmp_path / "old.db"
+    steps = sqlite_backend.MIGRATIONS
+    previous = next(
+        n for n, step in enumerate(steps) if "taskstate_versions_at" in step and "DROP" in step
+    )
+    conn = sqlite3.connect(path)
+    for step in sqlite_backend.MIGRATIONS[:previous]:
+        conn.executescript(step)
+    ns = SCOPE.namespace
+    rows = [(ns, "k", v, json.dumps(v), None, 1_000_000.0 + v, None, "set") for v in (4, 5)]
+    conn.executemany("INSERT INTO taskstate_versions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    conn.execute("INSERT INTO taskstate_entries VALUES (?, 'k', '5', NULL, 1000005.0, NULL)", (ns,))
+    # "gone": deleted, all its versions pruned; "ahead": its mark past its newest version.
+    conn.executemany(
+        "INSERT INTO taskstate_version_marks VALUES (?, ?, ?)",
+        [(ns, "k", 5), (ns, "gone", 9), (ns, "ahead", 7)],
+    )
+    conn.execute(
+        "INSERT INTO taskstate_versions VALUES (?, 'ahead', 6, NULL, NULL, 1000000.0, NULL, "
+        "'delete')",
+        (ns,),
+    )
+    # "skew": version 2 written by a clock behind version 1's: the migration stamps it at 1's.
+    conn.executemany(
+        "INSERT INTO taskstate_versions VALUES (?, 'skew', ?, '1', NULL, ?, NULL, 'set')",
+        [(ns, 1, 1_000_010.0), (ns, 2, 1_000_002.0)],
+    )
+    conn.execute(f"PRAGMA user_version = {previous}")
+    conn.commit()
+    conn.close()
+
+    clock = Clock()
+    clock.now = 1_000_100.0
+    store = local(f"sqlite:///{path}", clock)
+    state = store.task_state(SCOPE)
+    assert state.get("k", as_of=datetime.fromtimestamp(1_000_004.5, timezone.utc)) == 4
+    state.set("k", 6)
+    state.set("gone", 1)
+    state.set("ahead", 1)
+    assert [v.version for v in state.history("k")] == [6, 5, 4]
+    assert state.history("gone")[0].version == 10
+    assert state.history("ahead")[0].version == 8
+    assert store.schema_status().current == len(sqlite_backend.MIGRATIONS)
+    indexes = sqlite3.connect(path).execute(
+        "SELECT name FROM sqlite_master WHERE type = 'index' AND tbl_name = 'taskstate_versions'"
+    )
+    # The age and (key, time) indexes are gone: a version is one row in one b-tree.
+    assert indexes.fetchall() == []
+    skew = state.history("skew")
+    assert [v.updated_at.timestamp() for v in skew] == [1_000_010.0, 1_000_010.0]
+
+
 def test_expiry_by_cleanup_is_a_version(url: str) -> None:
     clock = Clock()
     store = local(url, clock, default_retention_days=1)
@@ -332,6 +498,46 @@ def test_export_with_history_round_trips_and_numbers_stay_monotone(
     narrow = _moved(f"sqlite:///{tmp_path}/narrow.db", clock, lines, history_versions=2)
     assert [v.version for v in narrow.task_state(SCOPE).history("k", limit=10)] == [4, 3]
     assert narrow.task_state(SCOPE).get("k") == "bc"
+
+
+@pytest.mark.postgres
+def test_postgres_history_written_at_the_previous_schema_migrates_with_its_numbers(
+    fresh_postgres_url: str,
+) -> None:
+    """The last migration step on a store whose history the previous schema wrote (the age
+    index there, marks that led): the index is dropped online, and numbers go on from the
+    marks (one ahead of its key's newest kept version, one whose versions are all gone)."""
+    import psycopg
+
+    from taskstate.backends import postgres as pg_backend
+
+    clock = Clock()
+    store = local(fresh_postgres_url, clock)
+    store.migrate()
+    state = store.task_state(SCOPE)
+    state.set("k", 1)
+    state.set("gone", 1)
+    step = next(  # found by what it does: its number may change
+        number
+        for number, sql in enumerate(pg_backend.MIGRATIONS, start=1)
+        if sql.startswith("DROP INDEX CONCURRENTLY") and "taskstate_versions_age" in sql
+    )
+    later = list(range(step, len(pg_backend.MIGRATIONS) + 1))  # steps are idempotent
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE INDEX taskstate_versions_age ON taskstate_versions (updated_at)")
+        conn.execute("DELETE FROM taskstate_schema_version WHERE version >= %s", (step,))
+        conn.execute("UPDATE taskstate_version_marks SET version = 7 WHERE key = 'k'")
+        conn.execute("UPDATE taskstate_version_marks SET version = 9 WHERE key = 'gone'")
+        conn.execute("DELETE FROM taskstate_versions WHERE key = 'gone'")
+    assert store.schema_status().current == step - 1
+    assert store.migrate() == later
+    with psycopg.connect(fresh_postgres_url) as conn:
+        row = conn.execute("SELECT to_regclass('taskstate_versions_age')").fetchone()
+        assert row is not None and row[0] is None
+    state.set("k", 2)
+    state.set("gone", 2)
+    assert [v.version for v in state.history("k")] == [8, 1]
+    assert [v.version for v in state.history("gone")] == [10]
 
 
 @pytest.mark.postgres

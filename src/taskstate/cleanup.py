@@ -156,9 +156,10 @@ class LiveRefIndex:
         self.close()
 
 
-# Pruning history in batches of this many versions when no cleanup batch size is set: each
-# batch is one short transaction.
-PRUNE_BATCH = 10_000
+# Pruning history in batches of this many keys when no cleanup batch size is set: each batch
+# is one short transaction (a key holds about `taskstate_history_versions` versions: the write
+# itself trims the rest).
+PRUNE_BATCH = 1_000
 
 
 def prune_versions(
@@ -170,13 +171,14 @@ def prune_versions(
     on_batch: Callable[[int], None] | None = None,
 ) -> int:
     """Delete history versions beyond the newest `keep` per key or written before `before`,
-    in bounded batches; returns how many went."""
+    walking the keys in bounded batches (`batch_size` keys each); returns how many went."""
     size = batch_size or PRUNE_BATCH
     pruned = 0
+    after: tuple[str, str] | None = None
     while True:
-        n = backend.prune_versions(keep, before, size)
+        n, after = backend.prune_versions(keep, before, size, after)
         pruned += n
         if on_batch is not None:
             on_batch(n)
-        if n < size:
+        if after is None:
             return pruned

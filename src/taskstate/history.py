@@ -3,7 +3,8 @@
 Each write that changes a key appends a `Version` in the same transaction (the backend does it,
 given a `Stamp`); `[state_store] taskstate_history_versions` bounds how many are kept per key
 and `taskstate_history_retention_days` how old they may be. Version numbers come from a per-key
-high-water mark that outlives pruning and deletion, so a number is never reused.
+high-water mark that outlives pruning and deletion (on SQLite: the key's newest kept version, or
+its mark once pruning took every version), so a number is never reused.
 """
 
 from __future__ import annotations

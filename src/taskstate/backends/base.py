@@ -221,7 +221,8 @@ class StateBackend(ABC):
     # -- history (taskstate.history) -------------------------------------------------------------
     # A backend that keeps history sets `keeps_history`; the store then hands its writes a
     # `Stamp` and sets `history_versions` (versions kept per key, 0 = off) from the settings.
-    # Version numbers come from a per-key high-water mark that outlives the key and pruning.
+    # Version numbers come from a per-key high-water mark that outlives the key and pruning (on
+    # SQLite: the key's newest kept version, or its mark once pruning took every version).
 
     keeps_history: bool = False
     history_versions: int = 0
@@ -229,10 +230,15 @@ class StateBackend(ABC):
     # for the writers queued behind one.
     store_write_lock: bool = False
 
-    def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
-        """Delete up to `limit` versions (0: all) beyond the newest `keep` of their key, or
-        written before `before` (except the newest version of a key that has a row)."""
-        return 0
+    def prune_versions(
+        self, keep: int, before: float | None, limit: int, after: tuple[str, str] | None = None
+    ) -> tuple[int, tuple[str, str] | None]:
+        """One batch of `clean`'s pruning: of up to `limit` keys (0: all) after the cursor
+        `after` (None: from the first), delete the versions beyond the newest `keep`, or written
+        before `before` (except the newest version of a key that has a row), keeping each
+        key's number in its mark first. Returns how many versions went and the cursor of the
+        next batch (None: the walk is done)."""
+        return 0, None
 
     def version_refs(self) -> Iterator[str]:
         """The stored text of each kept version that may hold an offload reference (its object

@@ -184,14 +184,19 @@ MIGRATIONS: list[str] = [
                 THEN ', autovacuum_vacuum_insert_scale_factor = 0.02' ELSE '' END || ')';
     END $$
     """,
+    # 9: history's write cost (docs/history.md, "Cost"): `clean` walks the keys' marks instead
+    # of an index on the versions' age, which every write paid for. Dropped without blocking
+    # writers (see `_ONLINE`). Versions and numbers stay as they are.
+    f"DROP INDEX CONCURRENTLY IF EXISTS {VERSIONS}_age",
 ]
-# Versions whose statement cannot run in a transaction (CREATE INDEX CONCURRENTLY): applied
-# alone, on an autocommit connection, then recorded; each is idempotent, so a migration that
-# dies midway is finished by the next `db migrate`. Value: the index it builds, checked valid.
+# Versions whose statement cannot run in a transaction (CREATE / DROP INDEX CONCURRENTLY):
+# applied alone, on an autocommit connection, then recorded; each is idempotent, so a migration
+# that dies midway is finished by the next `db migrate`. Value: the index it builds (checked
+# valid) or drops (checked absent).
 _ONLINE = {
     version: sql.split(" EXISTS ", 1)[1].split()[0]
     for version, sql in enumerate(MIGRATIONS, start=1)
-    if sql.startswith("CREATE INDEX CONCURRENTLY")
+    if sql.startswith(("CREATE INDEX CONCURRENTLY", "DROP INDEX CONCURRENTLY"))
 }
 
 # Serialises concurrent `migrate()` calls (pg_advisory_xact_lock key; "tsdb" in ASCII).
@@ -393,12 +398,23 @@ _TASK_KEYS = (
     f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} "
     f"UNION SELECT namespace, key FROM {TABLE} WHERE {_RANGE} ORDER BY 1, 2"
 )
+# One batch of `clean`'s walk over the keys' marks (every key with history has one, which each
+# write raises): per key, its versions past the number kept or older than `before` (but the
+# newest of a live key) deleted, its mark kept at least at its newest number. Returns how many
+# went, how many keys it saw, and the last.
+_PAIR = "(v.namespace_md5, v.key_md5) = (k.namespace_md5, k.key_md5)"
 _PRUNE = (
-    f"DELETE FROM {VERSIONS} WHERE ctid = ANY(ARRAY(SELECT v.ctid FROM {VERSIONS} v "
-    f"JOIN {MARKS} m ON (m.namespace_md5, m.key_md5) = (v.namespace_md5, v.key_md5) "
-    "WHERE v.version <= m.version - %(keep)s OR (v.updated_at < %(before)s "
-    f"AND NOT (v.version = m.version AND EXISTS (SELECT FROM {TABLE} e "
-    "WHERE (e.namespace_md5, e.key_md5) = (v.namespace_md5, v.key_md5)))) LIMIT %(limit)s))"
+    f"WITH k AS (SELECT namespace_md5, key_md5 FROM {MARKS} "
+    "WHERE (namespace_md5, key_md5) > (%(ns)s::uuid, %(key)s::uuid) "
+    "ORDER BY namespace_md5, key_md5 LIMIT %(limit)s), "
+    f"t AS (SELECT k.namespace_md5, k.key_md5, (SELECT max(v.version) FROM {VERSIONS} v "
+    f"WHERE {_PAIR}) AS top, EXISTS (SELECT FROM {TABLE} v WHERE {_PAIR}) AS live FROM k), "
+    f"up AS (UPDATE {MARKS} m SET version = t.top FROM t "
+    "WHERE (m.namespace_md5, m.key_md5) = (t.namespace_md5, t.key_md5) AND t.top > m.version), "
+    f"d AS (DELETE FROM {VERSIONS} v USING t k WHERE {_PAIR} AND (v.version <= k.top - %(keep)s "
+    "OR (v.updated_at < %(before)s AND NOT (v.version = k.top AND k.live))) RETURNING 1) "
+    "SELECT (SELECT count(*) FROM d), (SELECT count(*) FROM k), (SELECT ARRAY["
+    "namespace_md5::text, key_md5::text] FROM k ORDER BY namespace_md5 DESC, key_md5 DESC LIMIT 1)"
 )
 _VERSION_REFS_PAGE = (
     f"SELECT namespace_md5, key_md5, version, value FROM {VERSIONS} "
@@ -1005,12 +1021,19 @@ class PostgresBackend(HistoryBackend):
 
         self._run(op)
 
-    def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
-        """As `StateBackend.prune_versions`: one DELETE of the versions past `keep` or `before`."""
+    def prune_versions(
+        self, keep: int, before: float | None, limit: int, after: tuple[str, str] | None = None
+    ) -> tuple[int, tuple[str, str] | None]:
+        """As `StateBackend.prune_versions`: one statement over a page of the marks."""
+        at = after or (_ZERO_UUID, _ZERO_UUID)
         params = {
             "keep": keep, "before": -_INF if before is None else before, "limit": limit or None,
+            "ns": at[0], "key": at[1],
         }  # fmt: skip
-        return self._run(lambda conn: conn.execute(_PRUNE, params).rowcount)
+        row = self._run(lambda conn: conn.execute(_PRUNE, params).fetchone())
+        assert row is not None
+        pruned, seen, last = int(row[0]), int(row[1]), row[2]
+        return pruned, None if not limit or seen < limit else (last[0], last[1])
 
     def version_refs(self) -> Iterator[str]:
         """As `StateBackend.version_refs`: the offloaded (`@`) values, read a page at a time."""
@@ -1186,7 +1209,7 @@ class PostgresBackend(HistoryBackend):
                 )
             for version in range(current + 1, len(MIGRATIONS) + 1):
                 if version in _ONLINE:
-                    if _index_state(conn, _ONLINE[version]) != "valid":
+                    if _index_state(conn, _ONLINE[version]) != _done(MIGRATIONS[version - 1]):
                         return applied, version
                 else:
                     conn.execute(MIGRATIONS[version - 1])
@@ -1256,9 +1279,17 @@ def _index_state(conn: psycopg.Connection[Any], index: str) -> str:
     return "valid" if row[0] else "building" if row[1] else "invalid"
 
 
+def _done(sql: str) -> str:
+    """The state of its index once an online step (`_ONLINE`) is done: built, or dropped."""
+    return "absent" if sql.lstrip().upper().startswith("DROP") else "valid"
+
+
 def _build_index(conn: psycopg.Connection[Any], *, index: str, sql: str) -> None:
-    """Build one index without blocking writers (autocommit: CONCURRENTLY cannot run in a
-    transaction). Waits while another migrator builds it; drops a dead build's leftover."""
+    """Build (or drop) one index without blocking writers (autocommit: CONCURRENTLY cannot run
+    in a transaction). Waits while another migrator builds it; drops a dead build's leftover."""
+    if _done(sql) == "absent":
+        conn.execute(sql)  # DROP INDEX CONCURRENTLY IF EXISTS: idempotent
+        return
     while (state := _index_state(conn, index)) == "building":
         time.sleep(0.5)
     if state == "invalid":

@@ -103,6 +103,21 @@ MIGRATIONS: list[str] = [
         PRIMARY KEY (namespace, key)
     ) WITHOUT ROWID
     """,
+    # 4: history's write cost (docs/history.md, "Cost"): a version is one row in one b-tree.
+    # Its number is the key's newest kept version + 1 (or its mark + 1 once pruning took every
+    # version: pruning keeps the number in the mark first), so a write no longer updates the
+    # mark; `clean` walks the keys instead of an index on the versions' age; and a version is
+    # never stamped before the one it follows, so `as_of` is a binary search of the primary key
+    # instead of an index on (key, time). Both indexes go; numbers stay; a version a writer
+    # with a clock behind its predecessor's stamped earlier takes its predecessor's time.
+    f"""
+    DROP INDEX IF EXISTS {VERSIONS}_age;
+    DROP INDEX IF EXISTS {VERSIONS}_at;
+    UPDATE {VERSIONS} SET updated_at = w.at FROM (SELECT namespace, key, version, max(updated_at)
+        OVER (PARTITION BY namespace, key ORDER BY version) AS at FROM {VERSIONS}) AS w
+        WHERE w.namespace = {VERSIONS}.namespace AND w.key = {VERSIONS}.key
+        AND w.version = {VERSIONS}.version AND w.at > {VERSIONS}.updated_at
+    """,
 ]
 
 _GET = (
@@ -166,34 +181,68 @@ _GROUPS = {
     for whole in (True, False)
 }
 _TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
-# History: the next number from the key's mark, the version, and (once past the number kept)
-# the versions that fell out of the window, all in the write's transaction.
-_NEXT_VERSION = (
-    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (?, ?, 1) "
-    "ON CONFLICT (namespace, key) DO UPDATE SET version = version + 1 RETURNING version"
+# History: a version is numbered one past the key's newest kept version, or past its mark when
+# it has none (pruning moves a key's number into its mark before it deletes the key's newest
+# version, so a number is never reused), and stamped no earlier than that newest version (so
+# times never decrease along the numbers: `_VERSIONS_AT`), in the write's transaction. Reads
+# (primary-key seeks), then one row into one b-tree: no mark and no index is written. The
+# versions past the number kept are trimmed by the write (every `_TRIM_EVERY`-th of a `set`,
+# in one DELETE) and never read (`_WINDOW`).
+_TOP_VERSION = f"SELECT max(version) FROM {VERSIONS} WHERE namespace = {{ns}} AND key = {{key}}"
+_MARK_OF = f"SELECT version FROM {MARKS} WHERE namespace = {{ns}} AND key = {{key}}"
+_NEWEST = (
+    f"(SELECT {{column}} FROM {VERSIONS} WHERE namespace = {{ns}} AND key = {{key}} "
+    "ORDER BY version DESC LIMIT 1)"
 )
-_APPEND = f"INSERT INTO {VERSIONS} VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+_APPEND_NEW = (
+    f"INSERT INTO {VERSIONS} VALUES ({{ns}}, {{key}}, 1 + max(coalesce("
+    f"{_NEWEST.format(column='version', ns='{ns}', key='{key}')}, 0), "
+    f"coalesce(({_MARK_OF}), 0)), {{value}}, {{expires_at}}, max({{at}}, coalesce("
+    f"{_NEWEST.format(column='updated_at', ns='{ns}', key='{key}')}, {{at}})), {{by}}, {{op}})"
+)
+_APPEND = _APPEND_NEW.format(
+    ns="?1", key="?2", value="?3", expires_at="?4", at="?5", by="?6", op="?7"
+)
+_TRIM_KEPT = (
+    f"DELETE FROM {VERSIONS} WHERE namespace = ?1 AND key = ?2 AND version <= "
+    f"({_TOP_VERSION.format(ns='?1', key='?2')}) - ?3"
+)
+# An export's version, numbered by the importer, stamped no earlier than the one before it.
+_APPEND_IMPORTED = (
+    f"INSERT INTO {VERSIONS} SELECT ?1, ?2, ?3, ?4, ?5, max(?6, coalesce((SELECT updated_at "
+    f"FROM {VERSIONS} WHERE namespace = ?1 AND key = ?2 AND version < ?3 "
+    "ORDER BY version DESC LIMIT 1), ?6)), ?7, ?8"
+)
 _TRIM = f"DELETE FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version <= ?"
-_MARK = f"SELECT version FROM {MARKS} WHERE namespace = ? AND key = ?"
-# A stamped `set` is one statement: a TEMP trigger (this connection's alone, so another process,
-# an older taskstate or a store with history off never runs it) raises the key's mark, appends
-# the version and trims, inside the write's own statement. It fires only while
-# `taskstate_op()` names the operation: `set` names it around its statement (every other write
-# appends its version itself). Measured in bench/README.md ("History").
-_VERSIONING_BODY = (
-    f"INSERT INTO {MARKS} (namespace, key, version) VALUES (new.namespace, new.key, 1) "
-    "ON CONFLICT (namespace, key) DO UPDATE SET version = version + 1; "
-    f"INSERT INTO {VERSIONS} SELECT new.namespace, new.key, m.version, new.value, "
-    f"new.expires_at, new.updated_at, new.updated_by, taskstate_op() FROM {MARKS} m "
-    "WHERE m.namespace = new.namespace AND m.key = new.key; "
-    f"DELETE FROM {VERSIONS} WHERE namespace = new.namespace AND key = new.key AND version <= "
-    f"(SELECT version FROM {MARKS} WHERE namespace = new.namespace AND key = new.key) "
-    "- taskstate_keep();"
+# The key's number so far (None: it never had a version): its newest kept version or its mark.
+_KEPT, _MARKED = _TOP_VERSION.format(ns="?1", key="?2"), _MARK_OF.format(ns="?1", key="?2")
+_MARK = f"SELECT max(coalesce(({_KEPT}), ({_MARKED})), coalesce(({_MARKED}), ({_KEPT})))"
+# A stamped `set` is one statement: TEMP triggers (this connection's alone, so another process,
+# an older taskstate or a store with history off never runs them) append the version and, on
+# every `_TRIM_EVERY`-th number, trim the key's versions past the number kept, inside the
+# write's own statement. They fire only while `taskstate_op()` names the operation: `set`
+# names it around its statement (every other write appends and trims itself). Measured in
+# bench/README.md ("History").
+_TRIM_EVERY = 16
+_VERSIONING_BODY = _APPEND_NEW.format(
+    ns="new.namespace",
+    key="new.key",
+    value="new.value",
+    expires_at="new.expires_at",
+    at="new.updated_at",
+    by="new.updated_by",
+    op="taskstate_op()",
 )
 _VERSIONING = [
-    f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_{event} AFTER {event.upper()} "
-    f"ON {TABLE} WHEN taskstate_op() IS NOT NULL BEGIN {_VERSIONING_BODY} END"
-    for event in ("insert", "update")
+    *(
+        f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_{event} AFTER {event.upper()} "
+        f"ON {TABLE} WHEN taskstate_op() IS NOT NULL BEGIN {_VERSIONING_BODY}; END"
+        for event in ("insert", "update")
+    ),
+    f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_trim AFTER INSERT ON {VERSIONS} "
+    f"WHEN new.version % {_TRIM_EVERY} = 0 AND taskstate_op() IS NOT NULL BEGIN "
+    f"DELETE FROM {VERSIONS} WHERE namespace = new.namespace AND key = new.key "
+    "AND version <= new.version - taskstate_keep(); END",
 ]
 _RAISE_MARK = (
     f"INSERT INTO {MARKS} (namespace, key, version) VALUES (?, ?, ?) "
@@ -201,34 +250,78 @@ _RAISE_MARK = (
 )
 _EXISTS = f"SELECT 1 FROM {TABLE} WHERE namespace = ? AND key = ?"
 _VERSION_COLUMNS = "version, value, expires_at, updated_at, updated_by, op"
+# The versions a read sees: the newest `:keep` numbers (a `set` trims the older ones in batches).
+_WINDOW = (
+    f"version > coalesce((SELECT max(version) FROM {VERSIONS} WHERE namespace = :ns "
+    "AND key = :key), 0) - :keep"
+)
 _HISTORY = (
     f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
+    f"AND {_WINDOW} ORDER BY version DESC LIMIT :limit"
+)
+# As of an instant: the newest version stamped at or before it. Times never decrease along a
+# key's numbers (`_APPEND_NEW`), so a binary search of the primary key finds it, one seek per
+# halving (about 14 for 10,000 versions) in one statement: `b` narrows [lo, hi] (kept numbers,
+# with gaps) down to that version, or to the oldest kept one when none is that old (then the
+# last SELECT finds nothing).
+_FIRST_FROM_MID = (
+    f"FROM {VERSIONS} WHERE namespace = :ns AND key = :key AND version >= (lo + hi + 1) / 2 "
+    "ORDER BY version LIMIT 1"
+)
+_EARLY = f"(SELECT updated_at {_FIRST_FROM_MID}) <= :at"
+_KEY_VERSIONS = f"FROM {VERSIONS} WHERE namespace = :ns AND key = :key"
+_VERSIONS_AT = (
+    "WITH RECURSIVE b(lo, hi) AS (SELECT "
+    f"max((SELECT min(version) {_KEY_VERSIONS}), "
+    f"(SELECT max(version) {_KEY_VERSIONS}) - :keep + 1), (SELECT max(version) {_KEY_VERSIONS}) "
+    f"UNION ALL SELECT CASE WHEN {_EARLY} THEN (SELECT version {_FIRST_FROM_MID}) ELSE lo END, "
+    f"CASE WHEN {_EARLY} THEN hi ELSE (lo + hi + 1) / 2 - 1 END FROM b WHERE lo < hi) "
+    f"SELECT {_VERSION_COLUMNS} {_KEY_VERSIONS} "
+    "AND version = (SELECT min(hi) FROM b) AND updated_at <= :at"
+)
+# The versions before one (`versions(at=...)` with a limit past 1).
+_VERSIONS_BELOW = (
+    f"SELECT {_VERSION_COLUMNS} {_KEY_VERSIONS} AND version < :below AND {_WINDOW} "
     "ORDER BY version DESC LIMIT :limit"
 )
-# As of an instant: through the (namespace, key, updated_at) index, one seek however many
-# versions the key has.
-_VERSIONS_AT = (
-    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
-    "AND updated_at <= :at ORDER BY updated_at DESC, version DESC LIMIT :limit"
-)
 _VERSION = (
-    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = ? AND key = ? AND version = ?"
+    f"SELECT {_VERSION_COLUMNS} FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
+    f"AND version = :v AND {_WINDOW}"
 )
-_FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE namespace = ? AND key = ?"
+_FIRST_VERSION = (
+    f"SELECT max(min(version), max(version) - :keep + 1) FROM {VERSIONS} "
+    "WHERE namespace = :ns AND key = :key"
+)
+# Every key ever written with history on: those with kept versions, and those whose versions
+# were all pruned (their mark).
 _VERSION_KEYS = (
-    f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi ORDER BY 1, 2"
-)
-_TASK_KEYS = (
-    f"SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi "
-    f"UNION SELECT namespace, key FROM {TABLE} WHERE namespace >= :lo AND namespace < :hi "
+    f"SELECT namespace, key FROM {VERSIONS} WHERE namespace >= :lo AND namespace < :hi "
+    f"UNION SELECT namespace, key FROM {MARKS} WHERE namespace >= :lo AND namespace < :hi "
     "ORDER BY 1, 2"
 )
-_PRUNE = (
-    f"DELETE FROM {VERSIONS} WHERE (namespace, key, version) IN ("
-    f"SELECT v.namespace, v.key, v.version FROM {VERSIONS} v JOIN {MARKS} m "
-    "USING (namespace, key) WHERE v.version <= m.version - :keep OR (v.updated_at < :before "
-    f"AND NOT (v.version = m.version AND EXISTS (SELECT 1 FROM {TABLE} e "
-    "WHERE e.namespace = v.namespace AND e.key = v.key))) LIMIT :limit)"
+_TASK_KEYS = _VERSION_KEYS.replace(
+    " ORDER BY",
+    f" UNION SELECT namespace, key FROM {TABLE} "
+    "WHERE namespace >= :lo AND namespace < :hi ORDER BY",
+)
+# `clean` walks the keys that have versions, one seek each (no index on the versions' age: a
+# write would pay for it), and per key first moves its number into its mark, then deletes its
+# versions past the number kept or older than `before` (but the newest of a live key).
+_NEXT_PRUNED_KEY = (
+    f"SELECT namespace, key FROM {VERSIONS} WHERE (namespace, key) > (?, ?) "
+    "ORDER BY namespace, key LIMIT 1"
+)
+_KEEP_MARK = (
+    f"INSERT INTO {MARKS} (namespace, key, version) "
+    f"SELECT namespace, key, max(version) FROM {VERSIONS} WHERE namespace = :ns AND key = :key "
+    "GROUP BY namespace, key "
+    "ON CONFLICT (namespace, key) DO UPDATE SET version = max(version, excluded.version)"
+)
+_PRUNE_KEY = (
+    f"DELETE FROM {VERSIONS} WHERE namespace = :ns AND key = :key AND ("
+    f"version <= ({_TOP_VERSION.format(ns=':ns', key=':key')}) - :keep OR (updated_at < :before "
+    f"AND NOT (version = ({_TOP_VERSION.format(ns=':ns', key=':key')}) AND EXISTS "
+    f"(SELECT 1 FROM {TABLE} WHERE namespace = :ns AND key = :key))))"
 )
 _VERSION_REFS = f"SELECT value FROM {VERSIONS} WHERE value >= '@' AND value < 'A'"
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= ?"
@@ -556,12 +649,8 @@ class SQLiteBackend(HistoryBackend):
         stamp: Stamp,
     ) -> None:
         """Record a version of `key` in the caller's transaction."""
-        version = conn.execute(_NEXT_VERSION, (namespace, key)).fetchone()[0]
-        conn.execute(
-            _APPEND, (namespace, key, version, value, expires_at, stamp.at, stamp.by, stamp.op)
-        )
-        if version > self.history_versions:
-            conn.execute(_TRIM, (namespace, key, version - self.history_versions))
+        conn.execute(_APPEND, (namespace, key, value, expires_at, stamp.at, stamp.by, stamp.op))
+        conn.execute(_TRIM_KEPT, (namespace, key, self.history_versions))
 
     def _deleting(self, sql: str, params: tuple[Any, ...], stamp: Stamp | None) -> int:
         """Run a DELETE; with a stamp (and history on), a deletion version of each row gone."""
@@ -668,14 +757,14 @@ class SQLiteBackend(HistoryBackend):
         """An export's versions, in the caller's transaction (`HistoryBackend.set_many`)."""
 
         def mark(namespace: str, key: str) -> int | None:
-            row = conn.execute(_MARK, (namespace, key)).fetchone()
-            return None if row is None else int(row[0])
+            found = conn.execute(_MARK, (namespace, key)).fetchone()[0]
+            return None if found is None else int(found)
 
         def exists(namespace: str, key: str) -> bool:
             return conn.execute(_EXISTS, (namespace, key)).fetchone() is not None
 
         for namespace, key, rows, top in imported_versions(versions, replace, exists, mark):
-            conn.executemany(_APPEND, rows)
+            conn.executemany(_APPEND_IMPORTED, rows)
             conn.execute(_RAISE_MARK, (namespace, key, top))
             conn.execute(_TRIM, (namespace, key, top - self.history_versions))
 
@@ -685,19 +774,27 @@ class SQLiteBackend(HistoryBackend):
     ) -> list[VersionRow]:
         """As `HistoryBackend.versions`: newest first; `at` is one seek on the updated_at index."""
         params = {"ns": namespace, "key": key, "limit": limit, "at": at}
-        sql = _HISTORY if at is None else _VERSIONS_AT
-        return [VersionRow(*row) for row in self._conn().execute(sql, params)]
+        params["keep"] = self.history_versions
+        if at is None:
+            return [VersionRow(*row) for row in self._conn().execute(_HISTORY, params)]
+        found = [VersionRow(*row) for row in self._conn().execute(_VERSIONS_AT, params)]
+        if found and limit > 1:
+            params.update(below=found[0].version, limit=limit - 1)
+            found += [VersionRow(*row) for row in self._conn().execute(_VERSIONS_BELOW, params)]
+        return found[:limit]
 
     @_typed_errors
     def version(self, namespace: str, key: str, version: int) -> VersionRow | None:
         """As `HistoryBackend.version`: one primary-key SELECT on the versions table."""
-        row = self._conn().execute(_VERSION, (namespace, key, version)).fetchone()
+        params = {"ns": namespace, "key": key, "v": version, "keep": self.history_versions}
+        row = self._conn().execute(_VERSION, params).fetchone()
         return None if row is None else VersionRow(*row)
 
     @_typed_errors
     def first_version(self, namespace: str, key: str) -> int | None:
         """As `HistoryBackend.first_version`: the key's lowest version still kept."""
-        found = self._conn().execute(_FIRST_VERSION, (namespace, key)).fetchone()[0]
+        params = {"ns": namespace, "key": key, "keep": self.history_versions}
+        found = self._conn().execute(_FIRST_VERSION, params).fetchone()[0]
         return None if found is None else int(found)
 
     @_typed_errors
@@ -731,10 +828,24 @@ class SQLiteBackend(HistoryBackend):
                     self._append(conn, namespace, key, None, None, stamp)
 
     @_typed_errors
-    def prune_versions(self, keep: int, before: float | None, limit: int) -> int:
-        """As `StateBackend.prune_versions`: one DELETE of the versions past `keep` or `before`."""
-        params = {"keep": keep, "before": -_INF if before is None else before, "limit": limit or -1}
-        return self._conn().execute(_PRUNE, params).rowcount
+    def prune_versions(
+        self, keep: int, before: float | None, limit: int, after: tuple[str, str] | None = None
+    ) -> tuple[int, tuple[str, str] | None]:
+        """As `StateBackend.prune_versions`: up to `limit` keys after `after`, in one write
+        transaction, each a seek, a mark and a DELETE of its own versions."""
+        params: dict[str, Any] = {"keep": keep, "before": -_INF if before is None else before}
+        at = after or ("", "")
+        pruned = 0
+        with self._write_transaction(self._conn()) as conn:
+            for _ in range(limit) if limit > 0 else itertools.count():
+                found = conn.execute(_NEXT_PRUNED_KEY, at).fetchone()
+                if found is None:
+                    return pruned, None
+                at = (found[0], found[1])
+                params.update(ns=at[0], key=at[1])
+                conn.execute(_KEEP_MARK, params)
+                pruned += conn.execute(_PRUNE_KEY, params).rowcount
+        return pruned, at
 
     def version_refs(self) -> Iterator[str]:
         """As `StateBackend.version_refs`: the offloaded (`@`) values among the versions."""
