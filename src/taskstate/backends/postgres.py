@@ -336,11 +336,6 @@ _SET_KEPT = (
     "updated_by = excluded.updated_by RETURNING namespace, key, value, expires_at), "
     f"{_MARK_AND_KEEP}{_TRIM}"
 )
-_CREATE_KEPT = _SET_KEPT.replace(
-    "DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at, "
-    "updated_at = excluded.updated_at, updated_by = excluded.updated_by",
-    "DO NOTHING",
-)
 _APPEND = (
     'WITH w AS (SELECT %(ns)s::text COLLATE "C" AS namespace, %(key)s::text COLLATE "C" AS key, '
     "%(value)s::text AS value, %(exp)s::float8 AS expires_at), "
