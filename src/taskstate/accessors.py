@@ -345,8 +345,10 @@ class _Accessor:
         step: Callable[[Entry | None], tuple[Entry | None, T]],
         op: str,
         write_id: str | None = None,
+        now: float | None = None,
     ) -> T:
-        now = self._clock()
+        """`step` on `key` in one backend transaction, stamped `now` (default: the clock's)."""
+        now = self._clock() if now is None else now
         stamp = Stamp(op, now, self._writer) if self._history else None
         if write_id is not None and self._backend.records_writes:
             return self._versioned.transact(self._ns, key, step, now, stamp, write_id=write_id)
@@ -417,7 +419,8 @@ class _Accessor:
                 written = expiry(None)
                 self._put(key, text, written, now, op)
             else:
-                written = self._transact(key, step, op, write_id)
+                # Stamped with the `now` its etag is computed from (the answer's ETag).
+                written = self._transact(key, step, op, write_id, now)
         except WriteRecorded as recorded:  # re-sent: the first request's outcome
             self._store.objects.discard(uploaded)
             return StoredEntry(key, value, now, None, self._writer_dict, recorded.etag or "")
