@@ -498,6 +498,10 @@ class Retry:
                 )
             self.unknown = what
             return self._wait(what)
+        if resend and status == 500 and _unknown_outcome(response):
+            # The server's store lost its COMMIT's answer: asked again, its ledger knows.
+            self.unknown = "the store lost the answer to its COMMIT"
+            return self._wait(self.unknown)
         if status not in TRANSIENT or (not idempotent and status != 503):
             return None
         what = f"HTTP {status}"
@@ -542,6 +546,11 @@ def _dropped(sock: socket.socket) -> bool:
         return bool(select.select([sock], [], [], 0)[0])
     except (OSError, ValueError):
         return True
+
+
+def _unknown_outcome(response: Response) -> bool:
+    """The server's store could not tell whether this write committed (its 500's class)."""
+    return bool(response.headers.get(wire.ERROR_HEADER) == OutcomeUnknownError.__name__)
 
 
 def _is_json(response: Response) -> bool:
