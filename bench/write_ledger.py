@@ -48,7 +48,7 @@ def serving(url: str, root: Path) -> Iterator[int]:
         env={**os.environ, "AIRFLOW_HOME": str(root)},
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 300
         while True:
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
@@ -79,8 +79,13 @@ def conditional_put(port: str | int, key: str, ids: list[str] | None) -> Callabl
         sent = {**headers, "If-Match": etag[0]}
         if ids is not None:
             sent["X-Taskstate-Write-Id"] = ids[i]
-        conn.request("PUT", PATH + key, BODY, sent)
-        response = conn.getresponse()
+        try:
+            conn.request("PUT", PATH + key, BODY, sent)
+            response = conn.getresponse()
+        except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
+            conn.close()  # the server closed the idle keep-alive connection (a loaded machine)
+            conn.request("PUT", PATH + key, BODY, sent)
+            response = conn.getresponse()
         response.read()
         if response.status != 204:
             raise RuntimeError(f"PUT answered {response.status}")

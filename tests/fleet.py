@@ -587,10 +587,12 @@ class Injector:
         self._rolling_restart(f"{new},{old}")
         self.token_file.write_text(self.fleet.token(new))
         mtime = str(self.token_file.stat().st_mtime_ns)
-        deadline = time.monotonic() + 60
+        # A worker reads the token between records, and 64 workers on one hot counter on a
+        # loaded machine take a minute and more per record.
+        deadline = time.monotonic() + 300
         while not all(self._took(w, mtime) for w in self.workers):
             if time.monotonic() > deadline:
-                raise RuntimeError("workers did not take the new token within 60 s")
+                raise RuntimeError("workers did not take the new token within 300 s")
             time.sleep(0.1)
         self._rolling_restart(new)
 
