@@ -587,10 +587,12 @@ class Injector:
         self._rolling_restart(f"{new},{old}")
         self.token_file.write_text(self.fleet.token(new))
         mtime = str(self.token_file.stat().st_mtime_ns)
-        deadline = time.monotonic() + 60
+        # A worker reads the token between records, and 64 workers on one hot counter on a
+        # loaded machine take a minute and more per record.
+        deadline = time.monotonic() + 300
         while not all(self._took(w, mtime) for w in self.workers):
             if time.monotonic() > deadline:
-                raise RuntimeError("workers did not take the new token within 60 s")
+                raise RuntimeError("workers did not take the new token within 300 s")
             time.sleep(0.1)
         self._rolling_restart(new)
 
@@ -735,11 +737,10 @@ def _read_your_writes(fleet: Fleet, counts: dict[str, int], stop: threading.Even
 def check(fleet: Fleet, report: RunReport) -> list[str]:
     """The invariants, read from PostgreSQL directly; the broken ones, as sentences.
 
-    One allowance, and `unknown_outcomes` counts it: an atomic write whose answer was lost in
-    a fault (a replica stopped or the balancer killed with the request in flight) while other
-    workers changed the key before it could be read back ends as OutcomeUnknownError — never
-    applied a second time. The lease is then read back; the counter may hold that increment
-    or not, so it must lie between the acknowledged updates and those plus the unknown ones.
+    No allowance for lost answers: a conditional write (`update`, `compare_and_set`) whose
+    answer a fault lost is re-sent by the client with its write id, and the servers' write
+    ledger answers it with the first outcome, so the counter equals the acknowledged updates
+    exactly and no error reaches a worker unless an outage outlasts the retry window.
     """
     from taskstate import StateStore, TaskScope
 
@@ -758,7 +759,7 @@ def check(fleet: Fleet, report: RunReport) -> list[str]:
         acked = sum(w.updates for w in report.workers)
         unknown = sum(w.unknown_updates for w in report.workers)
         counter = shared.get(COUNTER, default=0)
-        if not acked <= counter <= acked + unknown:
+        if counter != acked:
             problems.append(
                 f"counter {counter} in PostgreSQL, {acked} updates acknowledged and {unknown} "
                 f"unknown ({'an increment applied twice' if counter > acked else 'one lost'})"
@@ -772,40 +773,35 @@ def check(fleet: Fleet, report: RunReport) -> list[str]:
     if report.ryw["violations"]:
         problems.append(f"{report.ryw['violations']} stale reads across replicas")
     for w in report.workers:
-        for at, end, op, kind, message in w.errors:
-            if _past_window(at, report.faults) or _unknown_in_fault(op, kind, at, end, report):
+        for at, _end, op, kind, message in w.errors:
+            if _past_window(at, report.faults):
                 continue
             problems.append(f"{w.worker_id} {op} at {at:.1f}: {kind}: {message}")
     return problems
 
 
 def unknown_outcomes(report: RunReport) -> dict[str, int]:
-    """Atomic writes that ended as OutcomeUnknownError, by the fault they fell in."""
+    """Writes that ended as OutcomeUnknownError (none should: `check` counts each as a
+    problem), by the last fault injected before the call ended."""
     counts: dict[str, int] = {}
     for w in report.workers:
-        for at, end, op, kind, _ in w.errors:
-            if _unknown_in_fault(op, kind, at, end, report):
-                # The last fault injected before the call ended: its answer was lost in it.
-                fault = [f for f in report.faults if f.start <= end][-1]
-                counts[fault.kind] = counts.get(fault.kind, 0) + 1
+        for _at, end, _op, kind, _ in w.errors:
+            if kind == "OutcomeUnknownError":
+                before = [f for f in report.faults if f.start <= end]
+                where = before[-1].kind if before else "no fault"
+                counts[where] = counts.get(where, 0) + 1
     return counts
-
-
-def _unknown_in_fault(op: str, kind: str, at: float, end: float, report: RunReport) -> bool:
-    """An atomic write's unknown outcome, the call under way while a fault was."""
-    return (
-        op in ("update", "cas")
-        and kind == "OutcomeUnknownError"
-        and any(at <= f.recovered and end >= f.start for f in report.faults)
-    )
 
 
 def _past_window(at: float, faults: list[Fault]) -> bool:
     """An error may reach a worker when its call started in an outage longer than the retry
-    window (none of the injected faults lasts that long)."""
+    window (none of the injected faults lasts that long). A key rotation is no outage (no
+    request is refused), however long the workers take to pick up the new token."""
     return any(
-        f.recovered - f.start > RETRY_WINDOW and f.start <= at <= f.recovered for f in faults
-    )
+        f.kind != "rotate_key" and f.recovered - f.start > RETRY_WINDOW
+        and f.start <= at <= f.recovered
+        for f in faults
+    )  # fmt: skip
 
 
 def main() -> None:

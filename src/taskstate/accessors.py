@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar, cast
 
-from taskstate.backends.base import Entry, HistoryBackend, Row, Stamp
+from taskstate.backends.base import Entry, HistoryBackend, Row, Stamp, WriteRecorded
 from taskstate.errors import (
     HistoryUnavailableError,
     KeyNotFoundError,
@@ -73,6 +73,9 @@ T = TypeVar("T")
 # burst of state calls from one trigger must not queue the others' work behind it.
 OFF_LOOP_THREADS = 4
 _pool: tuple[int, ThreadPoolExecutor] | None = None
+# What a conditional delete with a write id matches when the key is no longer the version it
+# names: no row (its write time is -inf), so only the ledger can answer it.
+_NO_VERSION = Entry("", None, None, float("-inf"))
 _pool_lock = threading.Lock()
 
 
@@ -337,11 +340,20 @@ class _Accessor:
             self._backend.set(self._ns, key, text, expiry, now, self._writer)
 
     def _transact(
-        self, key: str, step: Callable[[Entry | None], tuple[Entry | None, T]], op: str
+        self,
+        key: str,
+        step: Callable[[Entry | None], tuple[Entry | None, T]],
+        op: str,
+        write_id: str | None = None,
+        now: float | None = None,
     ) -> T:
-        now = self._clock()
-        if self._history:
-            return self._versioned.transact(self._ns, key, step, now, Stamp(op, now, self._writer))
+        """`step` on `key` in one backend transaction, stamped `now` (default: the clock's)."""
+        now = self._clock() if now is None else now
+        stamp = Stamp(op, now, self._writer) if self._history else None
+        if write_id is not None and self._backend.records_writes:
+            return self._versioned.transact(self._ns, key, step, now, stamp, write_id=write_id)
+        if stamp is not None:
+            return self._versioned.transact(self._ns, key, step, now, stamp)
         return self._backend.transact(self._ns, key, step, now)
 
     def _stamp(self, op: str) -> Stamp | None:
@@ -360,6 +372,7 @@ class _Accessor:
         if_none_match: bool = False,
         must_exist: bool = False,
         op: str = "set",
+        write_id: str | None = None,
     ) -> StoredEntry:
         """Write with an absolute expiry and optional preconditions (the HTTP API's PUT/PATCH).
 
@@ -367,6 +380,8 @@ class _Accessor:
         assets, which never expire). `if_match`: only if the key's etag is this;
         `if_none_match`: only if the key is absent; `must_exist`: only if present. A failed
         precondition raises `PreconditionFailedError` / `KeyNotFoundError` and writes nothing.
+        `write_id` (the API's `X-Taskstate-Write-Id`): when a write with that id was applied
+        already, nothing is written and the entry carries that write's etag (its outcome).
         """
         uploaded: list[str] = []
         text = self.stored_text(key, value, uploaded)
@@ -399,11 +414,16 @@ class _Accessor:
                 and not if_none_match
                 and not must_exist
                 and (expires_at is not KEEP_EXPIRY)
+                and write_id is None
             ):
                 written = expiry(None)
                 self._put(key, text, written, now, op)
             else:
-                written = self._transact(key, step, op)
+                # Stamped with the `now` its etag is computed from (the answer's ETag).
+                written = self._transact(key, step, op, write_id, now)
+        except WriteRecorded as recorded:  # re-sent: the first request's outcome
+            self._store.objects.discard(uploaded)
+            return StoredEntry(key, value, now, None, self._writer_dict, recorded.etag or "")
         except BaseException:
             self._store.objects.discard(uploaded)
             raise
@@ -427,24 +447,42 @@ class _Accessor:
         if old is not None and (ref := stored_ref(old.value)):
             self._store.objects.discard_superseded([ref])
 
-    def delete_if(self, key: str, if_match: str | None) -> bool:
+    def delete_if(self, key: str, if_match: str | None, *, write_id: str | None = None) -> bool:
         """Remove `key` only if it is live and (with `if_match`) still that version; False
-        when it changed or is absent (the HTTP API's DELETE with If-Match)."""
-        return self._delete_if(key, if_match, "delete")
+        when it changed or is absent (the HTTP API's DELETE with If-Match). `write_id`: True
+        when a delete with that id was applied already (nothing is deleted again)."""
+        return self._delete_if(key, if_match, "delete", write_id)
 
-    def _delete_if(self, key: str, if_match: str | None, op: str) -> bool:
+    def _delete_if(
+        self, key: str, if_match: str | None, op: str, write_id: str | None = None
+    ) -> bool:
         check_key(key)
         found = self._backend.get(self._ns, key)
-        if found is None or not is_live(found.expires_at, self._clock()):
-            return False
-        if if_match is not None and etag_of(*found) != if_match:
-            return False
-        gone = (
-            self._versioned.delete_if(self._ns, key, found, self._stamp(op))
-            if self._history
-            else self._backend.delete_if(self._ns, key, found)
+        matches = (
+            found is not None
+            and is_live(found.expires_at, self._clock())
+            and (if_match is None or etag_of(*found) == if_match)
         )
-        if not gone:
+        ledger = write_id is not None and self._backend.records_writes
+        if not matches and not ledger:
+            return False
+        if ledger:
+            # No longer that version: maybe because this very delete, sent before, removed
+            # it. The backend looks the id up (and deletes a version no row has: nothing).
+            version = found if matches and found is not None else _NO_VERSION
+            try:
+                gone = self._versioned.delete_if(
+                    self._ns, key, version, self._stamp(op), write_id=write_id
+                )
+            except WriteRecorded:
+                return True
+        elif self._history:
+            assert found is not None
+            gone = self._versioned.delete_if(self._ns, key, found, self._stamp(op))
+        else:
+            assert found is not None
+            gone = self._backend.delete_if(self._ns, key, found)
+        if not gone or found is None:
             return False
         if ref := stored_ref(found.value):
             self._store.objects.discard_superseded([ref])

@@ -35,10 +35,15 @@ class CleanupResult:
     dry_run: bool
     offloaded_orphans: int = 0  # objects no row references, removed (or, dry run, found)
     versions_pruned: int = 0  # history versions past the kept number or age
+    write_ids_forgotten: int = 0  # write ledger entries past `WRITE_ID_HORIZON_S`
 
     def with_pruned(self, count: int) -> CleanupResult:
         """This result with `count` history versions pruned."""
         return dataclasses.replace(self, versions_pruned=count)
+
+    def with_forgotten(self, count: int) -> CleanupResult:
+        """This result with `count` write ledger entries forgotten."""
+        return dataclasses.replace(self, write_ids_forgotten=count)
 
     def with_orphans(self, count: int) -> CleanupResult:
         """This result with `count` offloaded orphans removed (or found, on a dry run)."""
@@ -156,10 +161,15 @@ class LiveRefIndex:
         self.close()
 
 
-# Pruning history in batches of this many keys when no cleanup batch size is set: each batch
-# is one short transaction (a key holds about `taskstate_history_versions` versions: the write
-# itself trims the rest).
+# Pruning in batches of this many when no cleanup batch size is set: keys for history (a key
+# holds about `taskstate_history_versions` versions: the write itself trims the rest), rows
+# for the write ledger. Each batch is one short transaction.
 PRUNE_BATCH = 1_000
+# How long the write ledger keeps a write id (docs/api.md, "Write ids"): far past the client's
+# retry window (30 s; a request held by a stopped server may be applied minutes later), so a
+# re-sent write always finds its first outcome. A request re-sent after it is a new write: its
+# If-Match (an ETag that has long moved on) decides, so it is refused with 412, not applied.
+WRITE_ID_HORIZON_S = 24 * 3600
 
 
 def prune_versions(
@@ -182,3 +192,31 @@ def prune_versions(
             on_batch(n)
         if after is None:
             return pruned
+
+
+def forget_writes(
+    backend: StateBackend,
+    now: float,
+    *,
+    batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
+) -> int:
+    """Delete the write ledger's entries older than `WRITE_ID_HORIZON_S`, in bounded batches;
+    returns how many went."""
+    before = now - WRITE_ID_HORIZON_S
+    return _in_batches(lambda size: backend.forget_writes(before, size), batch_size, on_batch)
+
+
+def _in_batches(
+    delete: Callable[[int], int], batch_size: int, on_batch: Callable[[int], None] | None
+) -> int:
+    """Run `delete(size)` until a batch comes back short; the rows deleted in all."""
+    size = batch_size or PRUNE_BATCH
+    total = 0
+    while True:
+        n = delete(size)
+        total += n
+        if on_batch is not None:
+            on_batch(n)
+        if n < size:
+            return total

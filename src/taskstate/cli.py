@@ -657,6 +657,8 @@ def clean(dry_run: bool, batch_size: int | None, as_json: bool, airflow_offload:
         )
     if result.versions_pruned and not as_json:
         click.echo(f"pruned {result.versions_pruned} history versions")
+    if result.write_ids_forgotten and not as_json:
+        click.echo(f"forgot {result.write_ids_forgotten} write ids past the ledger's horizon")
     if result.offloaded_orphans and not as_json:
         verb = "would remove" if dry_run else "removed"
         click.echo(f"{verb} {result.offloaded_orphans} orphaned offloaded objects")

@@ -10,9 +10,13 @@ a tenth of the calls per second).
 
 Atomic updates (`update`, `compare_and_set`) are GET-with-ETag → compute → `PUT If-Match`
 (`If-None-Match: *` to create) → again on 412, so writers on other machines lose nothing. Each
-attempt carries a write id (`X-Taskstate-Write-Id`) that the server keeps with the row: when a
-sent write's answer is lost (timeout, reset), the next read tells whether it landed — if the
-row holds the id, that attempt's result is returned instead of applying `fn` again.
+attempt carries a write id (`X-Taskstate-Write-Id`). A server that keeps the write ledger
+(docs/api.md, "Write ids") records it with the write, in its transaction: when an attempt's
+answer is lost (timeout, reset, a proxy's 502/504), the transport sends the same request again
+within the retry window and the server answers with the first outcome — applied once, and
+known. An older server keeps the id only with the row: the next read tells whether the write
+landed (the row holds the id), and once the key has moved on without it the outcome is
+unknown (`OutcomeUnknownError`), never applied again.
 """
 
 from __future__ import annotations
@@ -203,8 +207,10 @@ class _Remote(_Accessor):
         if_none_match: bool = False,
         must_exist: bool = False,
         op: str = "set",
+        write_id: str | None = None,
     ) -> StoredEntry:
-        """Write with an absolute expiry and optional preconditions (import, migration)."""
+        """Write with an absolute expiry and optional preconditions (import, migration);
+        `write_id` is sent as the request's `X-Taskstate-Write-Id`."""
         text = self._encoded(key, value)
         if expires_at is KEEP_EXPIRY or must_exist:
             current = self.entry(key)
@@ -221,6 +227,8 @@ class _Remote(_Accessor):
             headers[wire.IF_MATCH] = wire.quoted(if_match)
         if if_none_match:
             headers[wire.IF_NONE_MATCH] = "*"
+        if write_id is not None:
+            headers[wire.WRITE_ID_HEADER] = write_id
         response = self._http.send(self._put_request(key, text, fields, headers or None))
         return StoredEntry(
             key,
@@ -244,8 +252,9 @@ class _Remote(_Accessor):
         retention: object,
         op: str,
     ) -> T:
-        """GET-with-ETag → decide → conditional PUT, again on 412; a lost answer is resolved
-        by the write id the next read shows."""
+        """GET-with-ETag → decide → conditional PUT, again on 412. A lost answer is resolved
+        by the server's write ledger (the transport re-sends the PUT with its id), or from an
+        older server by the write id the next read shows."""
         fields = self._expiry_fields(retention)
         base = uuid.uuid4().hex
         results: dict[str, T] = {}
@@ -286,6 +295,8 @@ class _Remote(_Accessor):
                     self.hook.retried()
                 time.sleep(random.random() * min(0.002 * (attempt + 1), 0.05))
             except OutcomeUnknownError as exc:
+                if self._http.ledger:
+                    raise  # re-sent with its id for the whole retry window: still no answer
                 if lost is None:
                     lost = current.etag if current is not None else ""
                     why = str(exc)

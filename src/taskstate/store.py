@@ -27,7 +27,13 @@ from taskstate.backends.base import (
     VersionRow,
     WorkerStateBackend,
 )
-from taskstate.cleanup import CleanupResult, LiveRefIndex, delete_expired, prune_versions
+from taskstate.cleanup import (
+    CleanupResult,
+    LiveRefIndex,
+    delete_expired,
+    forget_writes,
+    prune_versions,
+)
 from taskstate.discovery import Discovery
 from taskstate.errors import (
     BackendError,
@@ -577,6 +583,9 @@ class StateStore:
                     on_batch=on_batch,
                 )
             )
+        if self.backend.records_writes and not dry_run:
+            forgotten = forget_writes(self.backend, now, batch_size=size, on_batch=on_batch)
+            result = result.with_forgotten(forgotten)
         worker = self.worker_backend
         if worker is None:
             return result

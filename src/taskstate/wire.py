@@ -120,6 +120,12 @@ IF_MATCH: Final = "If-Match"
 IF_NONE_MATCH: Final = "If-None-Match"
 ERROR_HEADER: Final = "X-Taskstate-Error"
 WRITE_ID_HEADER: Final = "X-Taskstate-Write-Id"
+# On every state route's answer from a server whose store keeps the write ledger (docs/api.md,
+# "Write ids"): a conditional write re-sent with its write id is answered with the first
+# one's outcome, so the client may re-send one whose answer it lost.
+WRITE_IDS_HEADER: Final = "X-Taskstate-Write-Ids"
+WRITE_IDS_RECORDED: Final = "recorded"
+MAX_WRITE_ID: Final = 64  # characters
 VIA_HEADER: Final = "X-Taskstate-Via"  # "ui" from the state pages (writers.api_writer)
 # On a conditional PUT from the client's `update` / `compare_and_set`: the operation its
 # history version records (any other value, or none, records `set`).

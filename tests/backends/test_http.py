@@ -630,10 +630,13 @@ class _LoseOneAnswer(http.server.BaseHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def _proxied(served: Server, handler: type[_LoseOneAnswer]) -> Iterator[str]:
+def _proxied(
+    served: Server, handler: type[_LoseOneAnswer] | type[_LoseAnswerAfterOverwrite]
+) -> Iterator[str]:
     """`handler` as a proxy in front of `served`: the URL to reach it through."""
     handler.target = served.url.rsplit("/taskstate", 1)[0]
-    handler.dropped = 0
+    if issubclass(handler, _LoseOneAnswer):
+        handler.dropped = 0
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
@@ -652,34 +655,112 @@ def test_a_lost_answer_to_an_update_does_not_apply_it_twice(served: Server) -> N
         assert state.get("n") == 2
 
 
-class _LoseOneAnswerThenOverwrite(_LoseOneAnswer):
-    """As `_LoseOneAnswer`, and before the client can read the key back another writer
-    changes it (a busy shared counter: its row never keeps the lost write's id for long)."""
+class _LoseAnswerAfterOverwrite(http.server.BaseHTTPRequestHandler):
+    """A proxy to the real server that forwards the first conditional PUT (it lands), lets
+    another writer change the key (+100: a busy shared counter never keeps the lost write's id
+    for long), and only then loses the answer: `how` is "drop" (the connection closed without
+    answering) or a balancer's 502/504. `advertise` False strips the server's ledger header,
+    so the client sees a server that keeps no write ledger."""
+
+    target = ""
+    how = "drop"
+    advertise = True
+    write_ids: ClassVar[list[str]] = []  # of every conditional PUT, in the order sent
 
     def _forward(self) -> None:
-        lost = self.command == "PUT" and "X-Taskstate-Write-Id" in self.headers and not self.dropped
-        super()._forward()
-        if lost:  # the update landed; now someone else's lands on top of it
-            headers = {"Authorization": self.headers["Authorization"]}
-            got = httpx.get(self.target + self.path, headers=headers)
-            value = got.json()["value"] + 100
-            httpx.put(self.target + self.path, json={"value": value}, headers=headers)
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+        answer = httpx.request(self.command, self.target + self.path, content=body, headers=headers)
+        write_id = self.headers.get("X-Taskstate-Write-Id")
+        lose = self.command == "PUT" and write_id is not None and not self.write_ids
+        if write_id is not None and self.command == "PUT":
+            self.write_ids.append(write_id)
+        if lose:  # landed; now someone else's write lands on top of it
+            auth = {"Authorization": self.headers["Authorization"]}
+            value = httpx.get(self.target + self.path, headers=auth).json()["value"] + 100
+            httpx.put(self.target + self.path, json={"value": value}, headers=auth)
+            if self.how == "drop":
+                self.connection.close()  # its answer never arrives
+                return
+            self.send_response(int(self.how))
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", "3")
+            self.end_headers()
+            self.wfile.write(b"bad")
+            return
+        self.send_response(answer.status_code)
+        for name, value in answer.headers.items():
+            if name.lower() in ("transfer-encoding", "connection", "date", "server"):
+                continue
+            if name.lower() == "x-taskstate-write-ids" and not self.advertise:
+                continue
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(answer.content)
 
     do_GET = do_PUT = do_DELETE = _forward
 
+    def log_message(self, *args: object) -> None:
+        pass
 
-def test_a_lost_answer_overwritten_before_the_read_back_is_unknown_not_applied_again(
+
+@pytest.mark.parametrize("how", ["drop", "502", "504"])
+def test_a_lost_answer_is_resent_with_its_write_id_and_applied_once(
+    served: Server, how: str
+) -> None:
+    """The server keeps the write ledger: the client sends the same PUT again (the same write
+    id), the server answers with the first outcome, and the update returns its own result —
+    no error, and the increment counted once though the key moved on before the re-send."""
+    _LoseAnswerAfterOverwrite.how, _LoseAnswerAfterOverwrite.advertise = how, True
+    _LoseAnswerAfterOverwrite.write_ids = []
+    with _proxied(served, _LoseAnswerAfterOverwrite) as url:
+        state = _store(url).task_state(T)
+        state.set("n", 1)
+        assert state.update("n", lambda v: v + 1) == 2
+        ids = _LoseAnswerAfterOverwrite.write_ids
+        assert len(ids) == 2 and ids[0] == ids[1]  # the same request, sent again
+        assert state.get("n") == 102  # 1, our increment once, the other writer's +100
+
+
+def test_a_lost_answer_from_a_server_without_the_ledger_is_unknown_not_applied_again(
     served: Server,
 ) -> None:
-    """The key no longer shows whether the lost write landed: `fn` is not applied a second
-    time (that would count one increment twice); the caller is told the outcome is unknown."""
-    with _proxied(served, _LoseOneAnswerThenOverwrite) as url:
+    """A server that does not say it keeps the write ledger (an older one): the write is not
+    sent again, and once the key moved on `fn` is not applied a second time (that would
+    count one increment twice); the caller is told the outcome is unknown."""
+    _LoseAnswerAfterOverwrite.how, _LoseAnswerAfterOverwrite.advertise = "drop", False
+    _LoseAnswerAfterOverwrite.write_ids = []
+    with _proxied(served, _LoseAnswerAfterOverwrite) as url:
         state = _store(url).task_state(T)
         state.set("n", 1)
         with pytest.raises(OutcomeUnknownError, match="not applied again"):
             state.update("n", lambda v: v + 1)
-        assert _LoseOneAnswerThenOverwrite.dropped == 1
-        assert state.get("n") == 102  # 1, our increment once, the other writer's +100
+        assert len(_LoseAnswerAfterOverwrite.write_ids) == 1
+        assert state.get("n") == 102
+
+
+def test_duplicates_of_one_write_id_sent_at_once_get_one_outcome(served: Server) -> None:
+    """Eight copies of one create-if-absent PUT (one write id) at once, straight to the
+    server: one creates the key, every copy is answered 204 with that write's ETag."""
+    url = served.url + "/api/v2/dags/dag/dagRuns/run/taskInstances/task/state-store/lease"
+    headers = {"If-None-Match": "*", "X-Taskstate-Write-Id": "lease-1",
+               "Authorization": "Bearer t"}  # fmt: skip
+    start = threading.Barrier(8)
+    answers: list[httpx.Response] = []
+
+    def send() -> None:
+        start.wait()
+        answers.append(httpx.put(url, json={"value": "me"}, headers=headers, timeout=30))
+
+    threads = [threading.Thread(target=send) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert [a.status_code for a in answers] == [204] * 8, [a.text for a in answers]
+    assert len({a.headers["etag"] for a in answers}) == 1
+    assert httpx.get(url).headers["etag"] == answers[0].headers["etag"]
+    assert all(a.headers["x-taskstate-write-ids"] == "recorded" for a in answers)
 
 
 @pytest.mark.parametrize("status", [502, 504])

@@ -58,10 +58,13 @@ from taskstate.wire import (
     ATOMIC_OPS,
     EXPIRES_AT,
     EXPIRES_IN,
+    MAX_WRITE_ID,
     OP_HEADER,
     VIA_HEADER,
     WRITE_ID,
     WRITE_ID_HEADER,
+    WRITE_IDS_HEADER,
+    WRITE_IDS_RECORDED,
     asset_entry,
     entry_json,
     iso,
@@ -110,6 +113,10 @@ class StateRoutes:
         self.app = app
         self.ctx = ctx
         self.prefix = prefix.encode()
+        # The client re-sends a conditional write whose answer it lost only to a server that
+        # says it keeps the write ledger (an older one would apply it twice).
+        recorded = (WRITE_IDS_HEADER.lower().encode(), WRITE_IDS_RECORDED.encode())
+        self.advertised = [recorded] if ctx.store.backend.records_writes else []
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer a state route here (timed when metrics are on); pass any other request on."""
@@ -121,7 +128,7 @@ class StateRoutes:
             else:
                 started = perf_counter()
                 status_code, body, headers = await self._answer(scope, receive, match)
-                await _send(send, status_code, body, headers)
+                await _send(send, status_code, body, headers + self.advertised)
                 metrics = self.ctx.store.metrics
                 if metrics.enabled:
                     # The route's name, as FastAPI's endpoints were named: never an id or key.
@@ -528,10 +535,21 @@ def _writer(principal: Principal, request: Request) -> dict[str, Any]:
         if instance is None
         else task_writer(TaskScope(*instance))
     )
-    write_id = request.headers.get(WRITE_ID_HEADER)
+    write_id = _write_id(request)
     if write_id:
-        writer[WRITE_ID] = write_id[:64]
+        writer[WRITE_ID] = write_id
     return writer
+
+
+def _write_id(request: Request) -> str | None:
+    """The client's id of this write (`X-Taskstate-Write-Id`), at most `MAX_WRITE_ID` long."""
+    write_id = request.headers.get(WRITE_ID_HEADER)
+    if write_id and len(write_id) > MAX_WRITE_ID:
+        _unprocessable(
+            ("header", WRITE_ID_HEADER.lower()),
+            f"a write id is at most {MAX_WRITE_ID} characters (a UUID's 32 hex digits fit)",
+        )
+    return write_id or None
 
 
 def _task_scope(dag_id: str, run_id: str, task_id: str, map_index: int) -> TaskScope:
@@ -658,6 +676,7 @@ async def _put(ctx: AppContext, request: Request, principal: Principal, a: Addre
     accessor = _accessor(ctx, a, _writer(principal, request))
     op = request.headers.get(OP_HEADER)  # what the version records: a client's update is a PUT
     conditions["op"] = op if op in ATOMIC_OPS else "set"
+    conditions["write_id"] = _write_id(request)  # re-sent: answered with the first outcome
     try:
         entry = await call_store(ctx, lambda: accessor.write(a.key, body.value, **conditions))
     except KeyNotFoundError:
@@ -669,6 +688,7 @@ async def _patch(ctx: AppContext, request: Request, principal: Principal, a: Add
     """Replace the value of an existing key, keeping its expiry (200, body `null`)."""
     conditions = _conditions(request, put=False)
     conditions["must_exist"] = True
+    conditions["write_id"] = _write_id(request)
     body = await _body(ctx, request, models.PatchBody)
     accessor = _accessor(ctx, a, _writer(principal, request))
     try:
@@ -687,7 +707,8 @@ async def _delete(ctx: AppContext, request: Request, principal: Principal, a: Ad
     if not conditions:
         await call_store(ctx, accessor.delete, a.key)
         return _NO_CONTENT
-    deleted = await call_store(ctx, lambda: accessor.delete_if(a.key, conditions.get("if_match")))
+    if_match, write_id = conditions.get("if_match"), _write_id(request)
+    deleted = await call_store(ctx, lambda: accessor.delete_if(a.key, if_match, write_id=write_id))
     if not deleted:
         raise PreconditionFailedError(
             f"key {a.key!r} changed or is absent since it was read (If-Match no longer holds)"

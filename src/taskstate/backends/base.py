@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol, TypeVar
 
-from taskstate.errors import BackendError, ConfigError
+from taskstate.errors import BackendError, ConfigError, PreconditionFailedError
 from taskstate.redaction import redact_url
 from taskstate.scope import SEP
 
@@ -143,6 +143,30 @@ class SchemaStatus:
         )
 
 
+class WriteRecorded(Exception):
+    """A write whose id the ledger already holds (`StateBackend.records_writes`): an earlier
+    request with that id applied it, so this one applied nothing. `etag` is the ETag that
+    write produced (None: it deleted the key). A client re-sends a write whose answer it lost
+    with the same id; this is how the second request learns the first one's outcome."""
+
+    def __init__(self, etag: str | None) -> None:
+        super().__init__(etag)
+        self.etag = etag
+
+
+def recorded_outcome(
+    write_id: str, found: Sequence[str | None], namespace: str, key: str
+) -> WriteRecorded:
+    """The outcome a ledger row (namespace, key, etag) holds for a request re-sent with
+    `write_id`; an id recorded for another key is refused (it names one write, never two)."""
+    if (found[0], found[1]) != (namespace, key):
+        raise PreconditionFailedError(
+            f"write id {write_id!r} was already used for another key: a write id names one "
+            "write; send a new one"
+        )
+    return WriteRecorded(found[2])
+
+
 # What `transact` hands the callback, and what the callback returns: the entry to write,
 # or None to leave the row as it is.
 Transaction = Callable[[Entry | None], "tuple[Entry | None, T]"]
@@ -226,6 +250,17 @@ class StateBackend(ABC):
 
     keeps_history: bool = False
     history_versions: int = 0
+    # The write ledger (docs/api.md, "Write ids"): a backend that `records_writes` takes a
+    # `write_id` in `transact` and `delete_if`. Before applying, it looks the id up (after
+    # locking the key, so a duplicate racing the first waits for it) and raises `WriteRecorded`
+    # when it is there; a write it applies is recorded in the same transaction, the id unique,
+    # so two requests with one id never both apply. `forget_writes` prunes the ledger (`clean`).
+    records_writes: bool = False
+
+    def forget_writes(self, before: float, limit: int) -> int:
+        """Delete up to `limit` ledger entries recorded before `before` (epoch seconds)."""
+        return 0
+
     # A write locks the whole store (SQLite's file lock), so cleanup pauses between its batches
     # for the writers queued behind one.
     store_write_lock: bool = False
@@ -389,9 +424,15 @@ class HistoryBackend(StateBackend):
 
     @abstractmethod
     def delete_if(
-        self, namespace: str, key: str, version: Entry, stamp: Stamp | None = None
+        self,
+        namespace: str,
+        key: str,
+        version: Entry,
+        stamp: Stamp | None = None,
+        write_id: str | None = None,
     ) -> bool:
-        """As `StateBackend.delete_if`; given a stamp, also records the deletion."""
+        """As `StateBackend.delete_if`; given a stamp, also records the deletion; given a
+        `write_id`, it is looked up and recorded (`records_writes`)."""
 
     @abstractmethod
     def clear(self, namespace: str, stamp: Stamp | None = None) -> int:
@@ -409,8 +450,10 @@ class HistoryBackend(StateBackend):
         fn: Callable[[Entry | None], tuple[Entry | None, T]],
         now: float,
         stamp: Stamp | None = None,
+        write_id: str | None = None,
     ) -> T:
-        """As `StateBackend.transact`; given a stamp, a write it makes also appends a version."""
+        """As `StateBackend.transact`; given a stamp, a write it makes also appends a version;
+        given a `write_id`, it is looked up and recorded (`records_writes`)."""
 
     @abstractmethod
     def set_many(

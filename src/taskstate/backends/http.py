@@ -10,9 +10,13 @@ store-level operations that have a route:
   is "no such route" (`ConfigError`, a wrong base URL), not "no such key"; an answer that is
   not this API's (an SSO page's 200 `text/html`) is a `ConfigError` naming the URL — never
   success. One retry rule (`Retry`): transient failures only (connection refused or reset,
-  408/429/502/503/504), idempotent requests only, within a bounded window; a name that does
-  not resolve and a TLS error are not transient. A write whose answer was lost (a timeout, a
-  reset, a proxy's 502/504) is `OutcomeUnknownError`, never sent again here.
+  408/429/502/503/504), within a bounded window; a name that does not resolve and a TLS error
+  are not transient. Idempotent requests are sent again; so is a conditional write carrying a
+  write id when the server keeps the write ledger (it says so on every answer,
+  `wire.WRITE_IDS_HEADER`): the same request, the same id, answered with the first outcome if
+  it had landed. Any other write whose answer was lost (a timeout, a reset, a proxy's 502/504)
+  is `OutcomeUnknownError`, never sent again; so is a re-sent one still unanswered when the
+  window ends.
 - `HttpBackend`: what `StateStore` needs beyond the accessors. Listing (`scan`, so `entries`
   and `scopes`) walks the discovery routes; `clear`/`clear_prefix` (`clear_task`) are the
   DELETE routes; `schema_status` asks `/health`. Operations that only make sense where the
@@ -282,6 +286,9 @@ class HttpClient:
         self.label = hostport if self.proxy is None else f"{hostport} via {self.proxy.shown}"
         self._local = _ThreadConnection()
         self._open: weakref.WeakSet[http.client.HTTPConnection] = weakref.WeakSet()
+        # The server said it keeps the write ledger (`wire.WRITE_IDS_HEADER`, on every state
+        # route's answer): a write carrying a write id may then be re-sent as it is.
+        self.ledger = False
 
     def _headers(self, request: Request) -> dict[str, str]:
         sent = {"Accept": wire.JSON_TYPE}
@@ -383,12 +390,17 @@ class HttpClient:
         """Send with the retry rule; the checked answer (an error status raises)."""
         retry = Retry(self.label, self.retry_window if request.retry else 0.0)
         while True:
+            # A write with an id goes again as it is when the server keeps the ledger: a copy
+            # that did land answers with its first outcome, never applied twice.
+            resend = request.idempotent or (self.ledger and wire.WRITE_ID_HEADER in request.headers)
             try:
                 response = self._exchange(request)
             except NoAnswer as failure:
-                time.sleep(retry.after(failure, request.idempotent))
+                time.sleep(retry.after(failure, request.idempotent, resend))
                 continue
-            wait = retry.after_status(response, request.idempotent)
+            if not self.ledger and wire.WRITE_IDS_HEADER in response.headers:
+                self.ledger = response.headers.get(wire.WRITE_IDS_HEADER) == wire.WRITE_IDS_RECORDED
+            wait = retry.after_status(response, request.idempotent, resend)
             if wait is None:
                 return self.check(request, response)
             time.sleep(wait)
@@ -441,9 +453,11 @@ class Retry:
         self.window = window
         self.deadline = time.monotonic() + window
         self.delay = 0.1
+        self.unknown = ""  # how a write re-sent with its id lost an answer (it may have landed)
 
-    def after(self, failure: NoAnswer, idempotent: bool) -> float:
-        """Seconds to wait before sending again; raises when that is not allowed or over."""
+    def after(self, failure: NoAnswer, idempotent: bool, resend: bool = False) -> float:
+        """Seconds to wait before sending again; raises when that is not allowed or over.
+        `resend`: a write that may go again as it is (its id is in the server's ledger)."""
         problem = failure.problem
         what = f"{type(problem).__name__}: {problem}"
         cause = _root_cause(problem)
@@ -458,24 +472,36 @@ class Retry:
                 "[state_store] taskstate_url"
             ) from problem
         if failure.sent and not idempotent:
-            raise OutcomeUnknownError(
-                f"the taskstate server at {self.host} did not answer a write ({what}); it may "
-                "or may not have been applied"
-            ) from problem
+            if not resend:
+                raise OutcomeUnknownError(
+                    f"the taskstate server at {self.host} did not answer a write ({what}); it "
+                    "may or may not have been applied"
+                ) from problem
+            self.unknown = what
         return self._wait(what)
 
-    def after_status(self, response: Response, idempotent: bool) -> float | None:
+    def after_status(
+        self, response: Response, idempotent: bool, resend: bool = False
+    ) -> float | None:
         """Seconds to wait before sending again after `response`'s status, or None to take
         the answer. A 503 means the write was certainly not applied, so even a conditional
         one is sent again. A 502 or 504 comes from a proxy (the taskstate server answers
         neither) that may have handed the write to a server before it failed: its outcome is
-        unknown, like a lost answer's."""
+        unknown, like a lost answer's, so it is sent again only as `resend` allows."""
         status = response.status_code
         if not idempotent and status in (502, 504):
-            raise OutcomeUnknownError(
-                f"a proxy in front of the taskstate server at {self.host} answered a write "
-                f"with HTTP {status}; it may or may not have been applied"
-            )
+            what = f"a proxy answered HTTP {status}"
+            if not resend:
+                raise OutcomeUnknownError(
+                    f"a proxy in front of the taskstate server at {self.host} answered a write "
+                    f"with HTTP {status}; it may or may not have been applied"
+                )
+            self.unknown = what
+            return self._wait(what)
+        if resend and status == 500 and _unknown_outcome(response):
+            # The server's store lost its COMMIT's answer: asked again, its ledger knows.
+            self.unknown = "the store lost the answer to its COMMIT"
+            return self._wait(self.unknown)
         if status not in TRANSIENT or (not idempotent and status != 503):
             return None
         what = f"HTTP {status}"
@@ -485,6 +511,12 @@ class Retry:
 
     def _wait(self, what: str) -> float:
         remaining = self.deadline - time.monotonic()
+        if remaining <= 0 and self.unknown:
+            raise OutcomeUnknownError(
+                f"the taskstate server at {self.host} did not answer a write ({self.unknown}), "
+                f"re-sent with its write id for {self.window:g} s (last: {what}); it may or may "
+                "not have been applied, and it was applied at most once. Read the key to see"
+            )
         if remaining <= 0:
             tried = f" after retrying for {self.window:g} s" if self.window else ""
             raise BackendUnavailableError(
@@ -514,6 +546,11 @@ def _dropped(sock: socket.socket) -> bool:
         return bool(select.select([sock], [], [], 0)[0])
     except (OSError, ValueError):
         return True
+
+
+def _unknown_outcome(response: Response) -> bool:
+    """The server's store could not tell whether this write committed (its 500's class)."""
+    return bool(response.headers.get(wire.ERROR_HEADER) == OutcomeUnknownError.__name__)
 
 
 def _is_json(response: Response) -> bool:

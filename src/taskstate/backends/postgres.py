@@ -61,6 +61,7 @@ from taskstate.backends.base import (
     imported_versions,
     prefix_bounds,
     prefix_upper_bound,
+    recorded_outcome,
 )
 from taskstate.errors import (
     BackendError,
@@ -71,6 +72,7 @@ from taskstate.errors import (
 )
 from taskstate.redaction import redact_url, scrub, url_secrets
 from taskstate.scope import META_PREFIX
+from taskstate.stored import etag_of
 
 T = TypeVar("T")
 
@@ -78,6 +80,7 @@ TABLE = "taskstate_entries"
 VERSIONS = "taskstate_versions"
 MARKS = "taskstate_version_marks"
 VERSION_TABLE = "taskstate_schema_version"
+WRITES = "taskstate_write_ids"
 
 _HEX32 = "[0-9a-f]{32}"
 
@@ -188,6 +191,20 @@ MIGRATIONS: list[str] = [
     # of an index on the versions' age, which every write paid for. Dropped without blocking
     # writers (see `_ONLINE`). Versions and numbers stay as they are.
     f"DROP INDEX CONCURRENTLY IF EXISTS {VERSIONS}_age",
+    # 10: the write ledger (docs/api.md, "Write ids"): each write id a conditional write over the
+    # API carried, the key it wrote and the ETag it produced (NULL: a delete), so a re-sent
+    # request is answered with the first one's outcome. A new, empty table (online); pruned by
+    # `clean` through `written_at`. The id is the client's (at most 64 characters).
+    f"""
+    CREATE TABLE IF NOT EXISTS {WRITES} (
+        write_id   text COLLATE "C" PRIMARY KEY,
+        namespace  text NOT NULL,
+        key        text NOT NULL,
+        etag       text,
+        written_at double precision NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS {WRITES}_age ON {WRITES} (written_at);
+    """,
 ]
 # Versions whose statement cannot run in a transaction (CREATE / DROP INDEX CONCURRENTLY):
 # applied alone, on an autocommit connection, then recorded; each is idempotent, so a migration
@@ -417,6 +434,18 @@ _VERSION_REFS_PAGE = (
     "ORDER BY namespace_md5, key_md5, version LIMIT %(limit)s"
 )
 _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
+# The write ledger. Recording is `ON CONFLICT DO NOTHING`: a duplicate that got past the
+# lookup (the key did not exist, so there was no row to lock) finds the id taken, waits for
+# the first request's transaction, and starts over, now finding it recorded.
+_RECORDED = f"SELECT namespace, key, etag FROM {WRITES} WHERE write_id = %s"
+_RECORD = (
+    f"INSERT INTO {WRITES} (write_id, namespace, key, etag, written_at) "
+    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (write_id) DO NOTHING RETURNING 1"
+)
+_FORGET_WRITES = (
+    f"DELETE FROM {WRITES} WHERE ctid = ANY(ARRAY("
+    f"SELECT ctid FROM {WRITES} WHERE written_at < %s LIMIT %s))"
+)
 
 # Answers while connecting that mean "ask again shortly", as opposed to a wrong password, no such
 # database, an unknown host or an invalid port, which waiting never fixes.
@@ -561,6 +590,8 @@ def _txid(conn: psycopg.Connection[Any]) -> int:
 
 class PostgresBackend(HistoryBackend):
     """A `HistoryBackend` on a PostgreSQL database, through a small per-process pool."""
+
+    records_writes = True
 
     def __init__(
         self,
@@ -763,22 +794,24 @@ class PostgresBackend(HistoryBackend):
         """Run a DELETE; with a stamp (and history on), a deletion version of each row gone,
         in the same statement. `counted`: the count it returns is what happened, so a lost
         COMMIT follows `_once`; otherwise (one key's delete, idempotent) it is simply retried."""
-        if stamp is None or not self.history_versions:
-            statement, values = sql, params
-        else:
-            statement = _GONE_KEPT.format(delete=sql)
-            values = {**params, "at": stamp.at, "by": stamp.by, "op": stamp.op, "meta": META_PREFIX}
+        statement, values = self._deletion(sql, params, stamp)
 
         def op(conn: _Connection) -> int:
-            cursor = conn.execute(statement, values, prepare=prepare)
-            if statement is sql:
-                return cursor.rowcount
-            row = cursor.fetchone()
-            return int(row[0]) if row else 0
+            return _deleted(conn.execute(statement, values, prepare=prepare), statement is sql)
 
         if not counted:
             return self._run(op)
         return self._once(lambda conn: (op(conn), _txid(conn)), "a delete of many keys")
+
+    def _deletion(
+        self, sql: str, params: dict[str, Any], stamp: Stamp | None
+    ) -> tuple[str, dict[str, Any]]:
+        """The statement `_deleting` runs: `sql` itself, or with a stamp (and history on) the
+        statement that also records a deletion version of each row it removes."""
+        if stamp is None or not self.history_versions:
+            return sql, params
+        values = {**params, "at": stamp.at, "by": stamp.by, "op": stamp.op, "meta": META_PREFIX}
+        return _GONE_KEPT.format(delete=sql), values
 
     def delete(self, namespace: str, key: str, stamp: Stamp | None = None) -> None:
         """As `HistoryBackend.delete`: one DELETE (with a stamp, recording the deletion too)."""
@@ -789,14 +822,32 @@ class PostgresBackend(HistoryBackend):
         self._deleting(_DELETE_NAMED, params, stamp, prepare=True, counted=False)
 
     def delete_if(
-        self, namespace: str, key: str, version: Entry, stamp: Stamp | None = None
+        self,
+        namespace: str,
+        key: str,
+        version: Entry,
+        stamp: Stamp | None = None,
+        write_id: str | None = None,
     ) -> bool:
-        """As `HistoryBackend.delete_if`: a DELETE matching every column of `version`."""
+        """As `HistoryBackend.delete_if`: a DELETE matching every column of `version`; with a
+        `write_id`, the row locked first, the id looked up, and recorded if it went."""
         params = {
             "ns": namespace, "key": key, "was": version.value, "was_exp": version.expires_at,
             "was_by": version.updated_by, "was_at": version.updated_at,
         }  # fmt: skip
-        return self._deleting(_DELETE_IF_NAMED, params, stamp) > 0
+        if write_id is None:
+            return self._deleting(_DELETE_IF_NAMED, params, stamp) > 0
+        statement, values = self._deletion(_DELETE_IF_NAMED, params, stamp)
+
+        def body(conn: _Connection) -> tuple[bool, int | None]:
+            conn.execute(_LOCK, (namespace, key), prepare=True)
+            _raise_if_recorded(conn, write_id, namespace, key)
+            if _deleted(conn.execute(statement, values), statement is _DELETE_IF_NAMED) == 0:
+                return False, None
+            _record(conn, write_id, namespace, key, None, time.time())
+            return True, _txid(conn)
+
+        return self._once(body, "a conditional delete")
 
     def clear(self, namespace: str, stamp: Stamp | None = None) -> int:
         """As `HistoryBackend.clear`: one DELETE on the namespace, applied once (`_once`)."""
@@ -816,12 +867,17 @@ class PostgresBackend(HistoryBackend):
         fn: Callable[[Entry | None], tuple[Entry | None, T]],
         now: float,
         stamp: Stamp | None = None,
+        write_id: str | None = None,
     ) -> T:
-        """As `HistoryBackend.transact`: the row locked `FOR UPDATE`, applied once (`_once`)."""
+        """As `HistoryBackend.transact`: the row locked `FOR UPDATE`, applied once (`_once`).
+        A `write_id` is looked up once the row is locked (so a request re-sent with it waits
+        for the first, then sees its record) and recorded with the write."""
         keeps = stamp is not None and self.history_versions > 0
 
         def body(conn: _Connection) -> tuple[T, int | None]:
             row = conn.execute(_LOCK, (namespace, key), prepare=True).fetchone()
+            if write_id is not None:
+                _raise_if_recorded(conn, write_id, namespace, key)
             new, result = fn(None if row is None else Entry(*row))
             if new is None:
                 return result, None
@@ -837,6 +893,9 @@ class PostgresBackend(HistoryBackend):
                 at = stamp._replace(at=now, by=new.updated_by)
                 kept = self._kept(namespace, key, new.value, new.expires_at, at)
                 conn.execute(_APPEND, kept, prepare=True)
+            if write_id is not None:
+                etag = etag_of(new.value, new.expires_at, new.updated_by, now)
+                _record(conn, write_id, namespace, key, etag, now)
             return result, int(got[0])
 
         return self._once(body, "an atomic update")
@@ -1165,6 +1224,10 @@ class PostgresBackend(HistoryBackend):
         params = {"now": now, "limit": limit}
         return self._deleting(_DELETE_EXPIRED_BATCH_NAMED, params, stamp, prepare=True)
 
+    def forget_writes(self, before: float, limit: int) -> int:
+        """As `StateBackend.forget_writes`: one bounded DELETE through the `written_at` index."""
+        return self._run(lambda conn: conn.execute(_FORGET_WRITES, (before, limit)).rowcount)
+
     # -- schema ---------------------------------------------------------------------------------
 
     def schema_status(self) -> SchemaStatus:
@@ -1291,6 +1354,31 @@ def _build_index(conn: psycopg.Connection[Any], *, index: str, sql: str) -> None
         conn.execute(f"DROP INDEX CONCURRENTLY IF EXISTS {index}")
     if state != "valid":
         conn.execute(sql)
+
+
+def _deleted(cursor: psycopg.Cursor[Any], plain: bool) -> int:
+    """How many rows a `_deletion` statement removed (a plain DELETE's count, or the count the
+    recording statement selects)."""
+    if plain:
+        return cursor.rowcount
+    row = cursor.fetchone()
+    return int(row[0]) if row else 0
+
+
+def _raise_if_recorded(conn: psycopg.Connection[Any], write_id: str, ns: str, key: str) -> None:
+    """`WriteRecorded` when the ledger holds `write_id` (in the caller's transaction)."""
+    found = conn.execute(_RECORDED, (write_id,), prepare=True).fetchone()
+    if found is not None:
+        raise recorded_outcome(write_id, found, ns, key)
+
+
+def _record(
+    conn: psycopg.Connection[Any], write_id: str, ns: str, key: str, etag: str | None, at: float
+) -> None:
+    """Record `write_id` in the caller's transaction; taken meanwhile by a duplicate request
+    (whose transaction committed first): start over, which then finds it recorded."""
+    if conn.execute(_RECORD, (write_id, ns, key, etag, at), prepare=True).fetchone() is None:
+        raise _StartOver
 
 
 def _current_version(conn: psycopg.Connection[Any]) -> int | None:

@@ -25,6 +25,7 @@ import os
 import sqlite3
 import stat
 import threading
+import time
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -44,16 +45,19 @@ from taskstate.backends.base import (
     like_matcher,
     prefix_bounds,
     prefix_upper_bound,
+    recorded_outcome,
 )
 from taskstate.errors import BackendBusyError, BackendError, ConfigError, DatabaseMissingError
 from taskstate.redaction import redact_url
 from taskstate.scope import META_PREFIX
+from taskstate.stored import etag_of
 
 T = TypeVar("T")
 
 TABLE = "taskstate_entries"
 VERSIONS = "taskstate_versions"
 MARKS = "taskstate_version_marks"
+WRITES = "taskstate_write_ids"
 
 _HEX32 = "[0-9a-f]" * 32
 
@@ -117,6 +121,19 @@ MIGRATIONS: list[str] = [
         OVER (PARTITION BY namespace, key ORDER BY version) AS at FROM {VERSIONS}) AS w
         WHERE w.namespace = {VERSIONS}.namespace AND w.key = {VERSIONS}.key
         AND w.version = {VERSIONS}.version AND w.at > {VERSIONS}.updated_at
+    """,
+    # 5: the write ledger (docs/api.md, "Write ids"): each write id a conditional write over the
+    # API carried, the key it wrote and the ETag it produced (NULL: a delete), so a re-sent
+    # request is answered with the first one's outcome. Pruned by `clean` (`written_at`).
+    f"""
+    CREATE TABLE IF NOT EXISTS {WRITES} (
+        write_id   TEXT NOT NULL PRIMARY KEY,
+        namespace  TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        etag       TEXT,
+        written_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS {WRITES}_age ON {WRITES} (written_at)
     """,
 ]
 
@@ -335,6 +352,12 @@ _GONE = " RETURNING namespace, key"
 # Rows deleted (and their deletion versions recorded) per statement of an unbatched cleanup
 # with history: what it holds in memory at once.
 _EXPIRE_CHUNK = 1000
+_RECORDED = f"SELECT namespace, key, etag FROM {WRITES} WHERE write_id = ?"
+_RECORD = f"INSERT INTO {WRITES} VALUES (?, ?, ?, ?, ?)"
+_FORGET_WRITES = (
+    f"DELETE FROM {WRITES} WHERE write_id IN "
+    f"(SELECT write_id FROM {WRITES} WHERE written_at < ? LIMIT ?)"
+)
 
 
 def path_from_url(url: str) -> Path:
@@ -488,6 +511,7 @@ class SQLiteBackend(HistoryBackend):
     """A `HistoryBackend` on one SQLite file in WAL mode: a connection per thread per process."""
 
     store_write_lock = True  # one writer at a time for the whole file
+    records_writes = True
 
     def __init__(self, url: str, *, busy_timeout_s: float = 60.0, create: bool = True) -> None:
         """`create=False`: a missing file is a `DatabaseMissingError` instead of a new, empty
@@ -652,10 +676,19 @@ class SQLiteBackend(HistoryBackend):
         conn.execute(_APPEND, (namespace, key, value, expires_at, stamp.at, stamp.by, stamp.op))
         conn.execute(_TRIM_KEPT, (namespace, key, self.history_versions))
 
-    def _deleting(self, sql: str, params: tuple[Any, ...], stamp: Stamp | None) -> int:
-        """Run a DELETE; with a stamp (and history on), a deletion version of each row gone."""
+    def _deleting(
+        self,
+        sql: str,
+        params: tuple[Any, ...],
+        stamp: Stamp | None,
+        within: sqlite3.Connection | None = None,
+    ) -> int:
+        """Run a DELETE; with a stamp (and history on), a deletion version of each row gone.
+        `within`: in that connection's open write transaction, not one of its own."""
         if stamp is None or not self.history_versions:
-            return self._conn().execute(sql, params).rowcount
+            return (within or self._conn()).execute(sql, params).rowcount
+        if within is not None:
+            return self._recorded(within, sql, params, stamp)
         with self._write_transaction(self._conn()) as conn:
             return self._recorded(conn, sql, params, stamp)
 
@@ -677,11 +710,23 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def delete_if(
-        self, namespace: str, key: str, version: Entry, stamp: Stamp | None = None
+        self,
+        namespace: str,
+        key: str,
+        version: Entry,
+        stamp: Stamp | None = None,
+        write_id: str | None = None,
     ) -> bool:
         """As `HistoryBackend.delete_if`: a DELETE matching every column of `version`."""
         params = (namespace, key, version.value, version.expires_at, version.updated_by)
-        return self._deleting(_DELETE_IF, (*params, version.updated_at), stamp) > 0
+        if write_id is None:
+            return self._deleting(_DELETE_IF, (*params, version.updated_at), stamp) > 0
+        with self._write_transaction(self._conn()) as conn:
+            _raise_if_recorded(conn, write_id, namespace, key)
+            gone = self._deleting(_DELETE_IF, (*params, version.updated_at), stamp, conn) > 0
+            if gone:
+                conn.execute(_RECORD, (write_id, namespace, key, None, time.time()))
+        return gone
 
     @_typed_errors
     def clear(self, namespace: str, stamp: Stamp | None = None) -> int:
@@ -703,14 +748,21 @@ class SQLiteBackend(HistoryBackend):
         fn: Callable[[Entry | None], tuple[Entry | None, T]],
         now: float,
         stamp: Stamp | None = None,
+        write_id: str | None = None,
     ) -> T:
-        """As `HistoryBackend.transact`: read, `fn` and write under `BEGIN IMMEDIATE`."""
+        """As `HistoryBackend.transact`: read, `fn` and write under `BEGIN IMMEDIATE` (the
+        file's write lock, so a request re-sent with the same `write_id` waits for the first)."""
         with self._write_transaction(self._conn()) as conn:
+            if write_id is not None:
+                _raise_if_recorded(conn, write_id, namespace, key)
             row = conn.execute(_GET, (namespace, key)).fetchone()
             new, result = fn(None if row is None else Entry(*row))
             if new is not None:
                 params = (new.value, new.expires_at, now, new.updated_by)
                 conn.execute(_SET, (namespace, key, *params))
+                if write_id is not None:
+                    etag = etag_of(new.value, new.expires_at, new.updated_by, now)
+                    conn.execute(_RECORD, (write_id, namespace, key, etag, now))
                 if stamp is not None and self.history_versions:
                     self._append(
                         conn,
@@ -953,6 +1005,11 @@ class SQLiteBackend(HistoryBackend):
         return deleted
 
     @_typed_errors
+    def forget_writes(self, before: float, limit: int) -> int:
+        """As `StateBackend.forget_writes`: one bounded DELETE through the `written_at` index."""
+        return int(self._conn().execute(_FORGET_WRITES, (before, limit)).rowcount)
+
+    @_typed_errors
     def schema_status(self) -> SchemaStatus:
         """As `StateBackend.schema_status`: the file's `user_version` against the migrations."""
         return SchemaStatus(_user_version(self._conn()), len(MIGRATIONS))
@@ -982,6 +1039,13 @@ class SQLiteBackend(HistoryBackend):
                 conn.execute(f"PRAGMA user_version = {applied[-1]}")
         self._migrated = True
         return applied
+
+
+def _raise_if_recorded(conn: sqlite3.Connection, write_id: str, namespace: str, key: str) -> None:
+    """`WriteRecorded` when the ledger holds `write_id` (in the caller's write transaction)."""
+    found = conn.execute(_RECORDED, (write_id,)).fetchone()
+    if found is not None:
+        raise recorded_outcome(write_id, found, namespace, key)
 
 
 def _user_version(conn: sqlite3.Connection) -> int | None:
