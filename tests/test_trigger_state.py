@@ -79,10 +79,17 @@ async def first_event(trigger: PagesTrigger) -> dict[str, Any]:
     raise AssertionError("no event")
 
 
-@pytest.fixture
-def deployment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
-    """The triggerer's configuration: a SQLite store, read as any Airflow process reads it."""
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def deployment(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[str]:
+    """The triggerer's configuration, read as any Airflow process reads it: a SQLite file, or
+    the session's PostgreSQL server (a fresh, migrated database)."""
     url = f"sqlite:///{tmp_path}/state.db"
+    if request.param == "postgresql":
+        url = request.getfixturevalue("fresh_postgres_url")
+        with StateStore(url, settings=Settings()) as store:
+            store.migrate()
     monkeypatch.setenv("AIRFLOW__STATE_STORE__TASKSTATE_URL", url)
     monkeypatch.setattr(inject, "_process_store", None)
     yield url
