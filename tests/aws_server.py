@@ -19,7 +19,10 @@ PyPI, in the dev env) in a subprocess, with what the tests need that moto lacks:
   `ExecuteStatement`, Glue `StartJobRun`, Athena `StartQueryExecution`, Batch `SubmitJob`, ECS
   `RunTask`), which is what "how many jobs ran" is counted from. Its `logical` is the first
   quoted string of the SQL, the Glue run's `--logical` argument, the Batch job's `logical`
-  parameter, or the ECS container override's `LOGICAL` environment variable.
+  parameter, or the ECS container override's `LOGICAL` environment variable;
+- a poll log: one JSON line per Redshift Data `DescribeStatement` and Glue `GetJobRun` (the
+  calls their triggers poll with), with the status answered and the time, so a bench can tell
+  whether a trigger polled a job that was still running.
 
 Run as a script it is the server (`python tests/aws_server.py PORT LEDGER JOB_SECONDS
 [RELEASED]`).
@@ -50,6 +53,13 @@ class Aws:
         if not self.ledger.exists():
             return []
         return [json.loads(line) for line in self.ledger.read_text().splitlines()]
+
+    def polls(self) -> list[dict[str, Any]]:
+        """Every Redshift Data statement or Glue run status asked: id, status, time."""
+        path = self.ledger.with_suffix(".polls")
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines()]
 
     def create_job_queues(self) -> None:
         """What the Batch and ECS operators of the tests run on: Batch compute environment
@@ -140,10 +150,16 @@ def _serve(port: int, ledger: Path, job_seconds: float, released: Path | None) -
 
     logical_of: dict[str, Any] = {}  # job id -> its logical job
 
+    def append(path: Path, entry: dict[str, Any]) -> None:
+        with path.open("a") as f:
+            f.write(json.dumps({**entry, "at": time.time()}) + "\n")
+
     def record(entry: dict[str, Any]) -> None:
         logical_of[entry["id"]] = entry.get("logical")
-        with ledger.open("a") as f:
-            f.write(json.dumps(entry) + "\n")
+        append(ledger, entry)
+
+    def polled(job_id: str, status: Any) -> None:
+        append(ledger.with_suffix(".polls"), {"id": job_id, "status": str(status)})
 
     def is_released(job_id: str) -> bool:
         return logical_of.get(job_id) in (released_jobs(released) or ())
@@ -173,9 +189,16 @@ def _serve(port: int, ledger: Path, job_seconds: float, released: Path | None) -
         started = submitted.get(statement.id)
         if statement.status == "STARTED" and started and time.monotonic() - started > job_seconds:
             statement.status = "FINISHED"
+        polled(statement.id, statement.status)
         return statement
 
     start_job_run = GlueBackend.start_job_run
+    get_job_run = GlueBackend.get_job_run
+
+    def get_run(self: Any, name: str, run_id: str) -> Any:
+        run = get_job_run(self, name, run_id)
+        polled(run_id, run.status)
+        return run
 
     def start(self: Any, name: str, arguments: Any, *rest: Any) -> Any:
         run_id = start_job_run(self, name, arguments, *rest)
@@ -280,6 +303,7 @@ def _serve(port: int, ledger: Path, job_seconds: float, released: Path | None) -
     RedshiftDataAPIServiceBackend.execute_statement = execute  # type: ignore[method-assign]
     RedshiftDataAPIServiceBackend.describe_statement = describe  # type: ignore[method-assign]
     GlueBackend.start_job_run = start  # type: ignore[method-assign]
+    GlueBackend.get_job_run = get_run  # type: ignore[method-assign]
     state_manager.set_transition(
         model_name="glue::job_run", transition={"progression": "time", "seconds": job_seconds / 2}
     )

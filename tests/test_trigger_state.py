@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -21,14 +22,15 @@ from starlette.routing import Mount
 from tests.api.server import running
 
 from taskstate import StateStore, TaskScope
-from taskstate.airflow import inject
+from taskstate.airflow import inject, triggers
 from taskstate.airflow.hosting import live_try
 from taskstate.airflow.triggers import TriggerStateMixin
+from taskstate.airflow.worker import TASK_TOKEN_LIFETIME
 from taskstate.api.app import BASE_PATH, create_app
 from taskstate.api.auth import Auth
 from taskstate.api.context import Hosting
 from taskstate.api.tokens import SigningKeys
-from taskstate.errors import StaleTryError
+from taskstate.errors import AccessDeniedError, StaleTryError
 from taskstate.settings import Settings
 
 SECRET = "t" * 40
@@ -77,10 +79,17 @@ async def first_event(trigger: PagesTrigger) -> dict[str, Any]:
     raise AssertionError("no event")
 
 
-@pytest.fixture
-def deployment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[str]:
-    """The triggerer's configuration: a SQLite store, read as any Airflow process reads it."""
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def deployment(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> Iterator[str]:
+    """The triggerer's configuration, read as any Airflow process reads it: a SQLite file, or
+    the session's PostgreSQL server (a fresh, migrated database)."""
     url = f"sqlite:///{tmp_path}/state.db"
+    if request.param == "postgresql":
+        url = request.getfixturevalue("fresh_postgres_url")
+        with StateStore(url, settings=Settings()) as store:
+            store.migrate()
     monkeypatch.setenv("AIRFLOW__STATE_STORE__TASKSTATE_URL", url)
     monkeypatch.setattr(inject, "_process_store", None)
     yield url
@@ -189,6 +198,27 @@ def test_over_http_the_trigger_mints_a_token_for_its_try_and_older_tries_are_fen
         asyncio.run(first_event(stale))
     assert served.get("cursor") == 2  # nothing written
     assert "Authorization" not in str(current.serialize())  # no credentials in kwargs
+
+
+def test_over_http_one_accessor_outlives_its_first_token(
+    http_deployment: StateStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A trigger polls for days holding the accessor it took at the start of `run()`: its
+    token is re-minted at a request once half its life has passed. A token the server finds
+    expired fails the call (`AccessDeniedError`) and writes nothing."""
+    clock = [time.time() - 1.2 * TASK_TOKEN_LIFETIME]  # the trigger started long ago
+    monkeypatch.setattr(triggers, "time", SimpleNamespace(time=lambda: clock[0]))
+    trigger = PagesTrigger("job-4", pages=2)
+    trigger.task_instance = TI
+    state = trigger.task_state_store  # minted now: expired by the server's clock
+    with pytest.raises(AccessDeniedError, match="expired"):
+        asyncio.run(state.aset("cursor", 1))
+    served = http_deployment.task_state(TaskScope("d", "r", "poll"))
+    assert served.get("cursor") is None  # nothing written
+    clock[0] = time.time()  # the triggerer's clock: more than half the lifetime later
+    asyncio.run(state.aset("cursor", 1))  # the same accessor, a fresh token
+    assert served.get("cursor") == 1
+    assert trigger._trigger_store(TI) is trigger._trigger_store(TI)  # one view per trigger
 
 
 @pytest.mark.parametrize(

@@ -78,26 +78,39 @@ class TriggerStateMixin:
         pass
 
     def _trigger_store(self, ti: Any) -> StateStore:
-        """The triggerer's store; over HTTP, a view carrying this trigger's own token
-        (re-minted when half its lifetime has passed: a trigger may poll for days)."""
+        """The triggerer's store; over HTTP, a view carrying this trigger's own token, which
+        is re-minted at a request once half its lifetime has passed: a trigger may poll for
+        days holding one accessor."""
         store = process_store()
         http = sys.modules.get("taskstate.backends.http")
         if http is None or not isinstance(store.backend, http.HttpBackend):
             return store
         cached = self.__dict__.get("_taskstate_store")
+        if cached is not None:
+            return cached  # type: ignore[no-any-return]
         now = time.time()
-        if cached is not None and now - cached[0] < TASK_TOKEN_LIFETIME / 2:
-            return cached[1]  # type: ignore[no-any-return]
-        token = mint_token(ti, self.state_assets, now)
-        backend = store.backend if token is None else store.backend.with_token(token)
+        first = mint_token(ti, self.state_assets, now)
+        if first is None:  # no secret key: the pool token, as a worker's
+            return store
+        minted = [(now, first)]
+        assets = tuple(self.state_assets)
+
+        def token() -> str | None:
+            at, current = minted[-1]
+            now = time.time()
+            if now - at >= TASK_TOKEN_LIFETIME / 2:
+                current = mint_token(ti, assets, now) or current
+                minted[-1] = (now, current)
+            return current
+
         view = StateStore(
             settings=store.settings,
-            backend=backend,
+            backend=store.backend.with_token(token),
             worker_backend=store.worker_backend,
             clock=store.clock,
             metrics=store.metrics,
         )
-        self.__dict__["_taskstate_store"] = (now, view)
+        self.__dict__["_taskstate_store"] = view
         return view
 
 

@@ -52,7 +52,7 @@ import ssl
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
 from typing import Any, NamedTuple, NoReturn, Protocol
 from urllib.parse import quote, unquote, urlencode, urlsplit
@@ -276,7 +276,10 @@ class HttpClient:
         self._origin = f"{scheme}://{hostport}"
         self._prefix = quote(path, safe="/%")  # the request line is ASCII
         self._https = scheme == "https"
-        self.token = token if token is not None else credential("taskstate_token")
+        # A callable is asked on every request (a trigger's token, re-minted as it ages).
+        self.token: str | Callable[[], str | None] | None = (
+            token if token is not None else credential("taskstate_token")
+        )
         self._timeout = timeout
         self._connect_timeout = min(timeout, 5.0)
         self.retry_window = retry_window
@@ -292,8 +295,9 @@ class HttpClient:
 
     def _headers(self, request: Request) -> dict[str, str]:
         sent = {"Accept": wire.JSON_TYPE}
-        if self.token:
-            sent["Authorization"] = f"Bearer {self.token}"
+        token = self.token() if callable(self.token) else self.token
+        if token:
+            sent["Authorization"] = f"Bearer {token}"
         if request.body is not None:
             sent["Content-Type"] = wire.JSON_TYPE
         sent.update(request.headers)
@@ -586,9 +590,10 @@ class HttpBackend(StateBackend):
         """Send `token` as the bearer from now on (the worker's minted task-instance token)."""
         self.http.token = token
 
-    def with_token(self, token: str | None) -> HttpBackend:
-        """This backend sending `token`, on the same connections: one per triggered task
-        instance in a triggerer, without a connection pool each."""
+    def with_token(self, token: str | Callable[[], str | None] | None) -> HttpBackend:
+        """This backend sending `token` (or what the callable answers at each request), on the
+        same connections: one per triggered task instance in a triggerer, without a connection
+        pool each."""
         http = copy.copy(self.http)  # shares the per-thread connections (`_local`)
         http.token = token
         http.close = lambda: None  # type: ignore[method-assign]  # the connections are ours
