@@ -54,7 +54,11 @@ ADDITIONS: dict[int, tuple[str, float, list[str]]] = {
         3,
         [
             "tests/test_fleet.py",
-            "tests/backends/test_http.py::test_a_lost_answer_overwritten_before_the_read_back_is_unknown_not_applied_again",
+            "tests/test_write_ledger.py",
+            "tests/backends/test_http.py::test_a_lost_answer_is_resent_with_its_write_id_and_applied_once",
+            "tests/backends/test_http.py::test_a_lost_answer_from_a_server_without_the_ledger_is_unknown_not_applied_again",
+            "tests/backends/test_http.py::test_duplicates_of_one_write_id_sent_at_once_get_one_outcome",
+            "tests/backends/test_http.py::test_an_update_that_loses_every_race_for_the_whole_window_is_a_busy_error",
             "tests/backends/test_http.py::test_a_proxys_502_or_504_to_a_write_is_an_unknown_outcome",
         ],
     ),
