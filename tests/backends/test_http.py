@@ -39,6 +39,7 @@ from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.errors import (
     AccessDeniedError,
+    BackendBusyError,
     BackendUnavailableError,
     ConfigError,
     InvalidKeyError,
@@ -137,6 +138,59 @@ def test_concurrent_updates_from_processes_lose_nothing(served: Server) -> None:
     assert [p.wait(120) for p in procs] == [0, 0, 0, 0]
     with StateStore(served.url, settings=Settings()) as store:
         assert store.task_state(TaskScope("d", "r", "t")).get("n") == 100
+
+
+def test_many_writers_on_one_hot_key_lose_no_race_for_good(served: Server) -> None:
+    # 3 processes × 8 threads, each thread on its own connection, all on one key: every lost
+    # race (412) is tried again within the retry window, so each update lands exactly once
+    # and none gives up (the old loop gave up after 100 lost races in a row).
+    code = (
+        "import sys, threading\nfrom taskstate import StateStore, TaskScope\n"
+        "from taskstate.settings import Settings\n"
+        "s = StateStore(sys.argv[1], settings=Settings()).task_state(TaskScope('d','r','t'))\n"
+        "errors = []\n"
+        "def run():\n"
+        "    try:\n"
+        "        for _ in range(10): s.update('hot', lambda v: v + 1, default=0)\n"
+        "    except Exception as exc:\n"
+        "        errors.append(exc)\n"
+        "threads = [threading.Thread(target=run) for _ in range(8)]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "sys.exit(repr(errors) if errors else 0)\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", code, served.url]) for _ in range(3)]
+    assert [p.wait(300) for p in procs] == [0, 0, 0]
+    with StateStore(served.url, settings=Settings()) as store:
+        assert store.task_state(TaskScope("d", "r", "t")).get("hot") == 3 * 8 * 10
+
+
+def test_an_update_that_loses_every_race_for_the_whole_window_is_a_busy_error(
+    served: Server,
+) -> None:
+    # A competing writer that always wins: between this update's read and its conditional
+    # write, another client changes the key, so every attempt gets 412 until the (small)
+    # retry window is over.
+    url = served.url
+    store = StateStore(url, settings=Settings(), backend=HttpBackend(url, retry_window=0.3))
+    rival = StateStore(url, settings=Settings()).task_state(TaskScope("d", "r", "t"))
+    state = store.task_state(TaskScope("d", "r", "t"))
+    state.set("hot", 0)
+    computed = []
+
+    def increment_while_the_rival_wins(value: int) -> int:
+        computed.append(value)
+        rival.set("hot", 1000 + len(computed))
+        return value + 1
+
+    with pytest.raises(BackendBusyError) as raised:
+        state.update("hot", increment_while_the_rival_wins)
+    message = str(raised.value)
+    assert "'hot'" in message and f"{len(computed)} attempts" in message
+    assert "0.3 s" in message and served.url.split("//")[1].split("/")[0] in message
+    assert len(computed) > 1  # tried again after lost races, not given up at the first
+    assert state.get("hot") == 1000 + len(computed)  # only the rival's writes landed
+    # Uncontended, the same store updates at once.
+    assert state.update("hot", lambda v: v + 1) == 1001 + len(computed)
 
 
 def test_compare_and_set_racing_processes_over_http_exactly_one_wins_each_round(
