@@ -141,9 +141,10 @@ def test_concurrent_updates_from_processes_lose_nothing(served: Server) -> None:
 
 
 def test_many_writers_on_one_hot_key_lose_no_race_for_good(served: Server) -> None:
-    # 3 processes × 8 threads, each thread on its own connection, all on one key: every lost
-    # race (412) is tried again within the retry window, so each update lands exactly once
-    # and none gives up (the old loop gave up after 100 lost races in a row).
+    # 64 writers (4 processes × 16 threads, each thread on its own connection), all on one
+    # key, as in the fleet run: every lost race (412) is tried again within the retry window,
+    # so each update lands exactly once and none gives up (a loop capped at 100 lost races in
+    # a row gave up a few times per run here).
     code = (
         "import sys, threading\nfrom taskstate import StateStore, TaskScope\n"
         "from taskstate.settings import Settings\n"
@@ -151,17 +152,17 @@ def test_many_writers_on_one_hot_key_lose_no_race_for_good(served: Server) -> No
         "errors = []\n"
         "def run():\n"
         "    try:\n"
-        "        for _ in range(10): s.update('hot', lambda v: v + 1, default=0)\n"
+        "        for _ in range(30): s.update('hot', lambda v: v + 1, default=0)\n"
         "    except Exception as exc:\n"
         "        errors.append(exc)\n"
-        "threads = [threading.Thread(target=run) for _ in range(8)]\n"
+        "threads = [threading.Thread(target=run) for _ in range(16)]\n"
         "[t.start() for t in threads]; [t.join() for t in threads]\n"
         "sys.exit(repr(errors) if errors else 0)\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code, served.url]) for _ in range(3)]
-    assert [p.wait(300) for p in procs] == [0, 0, 0]
+    procs = [subprocess.Popen([sys.executable, "-c", code, served.url]) for _ in range(4)]
+    assert [p.wait(300) for p in procs] == [0, 0, 0, 0]
     with StateStore(served.url, settings=Settings()) as store:
-        assert store.task_state(TaskScope("d", "r", "t")).get("hot") == 3 * 8 * 10
+        assert store.task_state(TaskScope("d", "r", "t")).get("hot") == 4 * 16 * 30
 
 
 def test_an_update_that_loses_every_race_for_the_whole_window_is_a_busy_error(
