@@ -127,24 +127,14 @@ def test_a_store_over_http_behaves_like_a_local_one(served: Server) -> None:
         assert state.items() == []
 
 
-def test_concurrent_updates_from_processes_lose_nothing(served: Server) -> None:
-    code = (
-        "import sys\nfrom taskstate import StateStore, TaskScope\n"
-        "from taskstate.settings import Settings\n"
-        "s = StateStore(sys.argv[1], settings=Settings()).task_state(TaskScope('d','r','t'))\n"
-        "for _ in range(25): s.update('n', lambda v: v + 1, default=0)\n"
-    )
-    procs = [subprocess.Popen([sys.executable, "-c", code, served.url]) for _ in range(4)]
-    assert [p.wait(120) for p in procs] == [0, 0, 0, 0]
-    with StateStore(served.url, settings=Settings()) as store:
-        assert store.task_state(TaskScope("d", "r", "t")).get("n") == 100
-
-
-def test_many_writers_on_one_hot_key_lose_no_race_for_good(served: Server) -> None:
-    # 64 writers (4 processes × 16 threads, each thread on its own connection), all on one
-    # key, as in the fleet run: every lost race (412) is tried again within the retry window,
-    # so each update lands exactly once and none gives up (a loop capped at 100 lost races in
-    # a row gave up a few times per run here).
+@pytest.mark.parametrize(("processes", "threads", "updates"), [(4, 1, 25), (4, 16, 30)])
+def test_concurrent_updates_from_processes_lose_nothing(
+    served: Server, processes: int, threads: int, updates: int
+) -> None:
+    # Each thread on its own connection, all on one key. 64 writers is the fleet run's hot
+    # key: every lost race (412) is tried again within the retry window, so each update lands
+    # exactly once and none gives up (a loop capped at 100 lost races in a row gave up a few
+    # times per run at that size).
     code = (
         "import sys, threading\nfrom taskstate import StateStore, TaskScope\n"
         "from taskstate.settings import Settings\n"
@@ -152,17 +142,17 @@ def test_many_writers_on_one_hot_key_lose_no_race_for_good(served: Server) -> No
         "errors = []\n"
         "def run():\n"
         "    try:\n"
-        "        for _ in range(30): s.update('hot', lambda v: v + 1, default=0)\n"
+        f"        for _ in range({updates}): s.update('n', lambda v: v + 1, default=0)\n"
         "    except Exception as exc:\n"
         "        errors.append(exc)\n"
-        "threads = [threading.Thread(target=run) for _ in range(16)]\n"
+        f"threads = [threading.Thread(target=run) for _ in range({threads})]\n"
         "[t.start() for t in threads]; [t.join() for t in threads]\n"
         "sys.exit(repr(errors) if errors else 0)\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code, served.url]) for _ in range(4)]
-    assert [p.wait(300) for p in procs] == [0, 0, 0, 0]
+    procs = [subprocess.Popen([sys.executable, "-c", code, served.url]) for _ in range(processes)]
+    assert [p.wait(300) for p in procs] == [0] * processes
     with StateStore(served.url, settings=Settings()) as store:
-        assert store.task_state(TaskScope("d", "r", "t")).get("hot") == 4 * 16 * 30
+        assert store.task_state(TaskScope("d", "r", "t")).get("n") == processes * threads * updates
 
 
 def test_an_update_that_loses_every_race_for_the_whole_window_is_a_busy_error(
