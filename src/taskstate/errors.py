@@ -113,8 +113,9 @@ class StaleTryError(BackendError):
 
 
 class BackendBusyError(BackendError, TimeoutError):
-    """Another process held the state database's write lock for longer than the busy timeout;
-    the operation did nothing."""
+    """Another process held the state database's write lock for longer than the busy timeout,
+    or (over HTTP) other writers changed the key under every attempt of an `update` /
+    `compare_and_set` for the client's whole retry window; the operation did nothing."""
 
 
 class OffloadedValueMissingError(BackendError):

@@ -9,7 +9,10 @@ event loop (`bench/trigger_loop_lag.py` measured httpx on the loop at twice the 
 a tenth of the calls per second).
 
 Atomic updates (`update`, `compare_and_set`) are GET-with-ETag → compute → `PUT If-Match`
-(`If-None-Match: *` to create) → again on 412, so writers on other machines lose nothing. Each
+(`If-None-Match: *` to create) → again on 412, so writers on other machines lose nothing. A lost
+race is contention, not an outage: it is tried again after a jittered backoff for as long as
+the client's retry window (`HttpBackend(retry_window=)`), counted from the first lost race, and
+only then `BackendBusyError`. Each
 attempt carries a write id (`X-Taskstate-Write-Id`). A server that keeps the write ledger
 (docs/api.md, "Write ids") records it with the write, in its transaction: when an attempt's
 answer is lost (timeout, reset, a proxy's 502/504), the transport sends the same request again
@@ -21,7 +24,6 @@ unknown (`OutcomeUnknownError`), never applied again.
 
 from __future__ import annotations
 
-import random
 import time
 import uuid
 from collections.abc import Callable
@@ -30,9 +32,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from taskstate import wire
 from taskstate.accessors import AssetStateStore, TaskStateStore, _Accessor, check_limit
+from taskstate.backends.backoff import Backoff
 from taskstate.backends.http import HttpBackend, Request, json_body
 from taskstate.errors import (
-    BackendError,
+    BackendBusyError,
     KeyNotFoundError,
     OutcomeUnknownError,
     PreconditionFailedError,
@@ -47,7 +50,10 @@ if TYPE_CHECKING:
     from taskstate.store import StateStore
 
 T = TypeVar("T")
-ATTEMPTS = 100  # 412s in a row before giving up (each means another writer won)
+# Between lost races (412: another writer won): a few ms, doubling to a cap, jittered — long
+# enough for 64 writers on one key to spread out, short enough that a winner soon follows.
+RACE_FIRST_S = 0.002
+RACE_CAP_S = 0.2
 
 
 class _Remote(_Accessor):
@@ -265,7 +271,9 @@ class _Remote(_Accessor):
         # since: nothing can tell, so it is not applied again.
         lost: str | None = None
         why = ""  # how that answer was lost
-        for attempt in range(ATTEMPTS):
+        backoff: Backoff | None = None  # made at the first lost race: none on the fast path
+        attempt = 0
+        while True:
             current = self.entry(key)
             mine = _write_id(current)
             if mine in results:  # a write whose answer was lost did land
@@ -281,6 +289,7 @@ class _Remote(_Accessor):
             if text is None:
                 return result
             write_id = f"{base}-{attempt}"
+            attempt += 1
             headers = {wire.WRITE_ID_HEADER: write_id, wire.OP_HEADER: op}
             if current is None:
                 headers[wire.IF_NONE_MATCH] = "*"
@@ -293,18 +302,25 @@ class _Remote(_Accessor):
             except PreconditionFailedError:
                 if self.hook is not None:
                     self.hook.retried()
-                time.sleep(random.random() * min(0.002 * (attempt + 1), 0.05))
             except OutcomeUnknownError as exc:
                 if self._http.ledger:
                     raise  # re-sent with its id for the whole retry window: still no answer
                 if lost is None:
                     lost = current.etag if current is not None else ""
                     why = str(exc)
-                continue  # the next read says whether it landed
-        raise BackendError(
-            f"the taskstate server at {self._http.host}: key {key!r} changed under "
-            f"{ATTEMPTS} attempts in a row to update it; try again"
-        )
+            # Lost the race (or the answer): again after a pause, within the retry window.
+            if backoff is None:
+                backoff = Backoff(
+                    self._http.retry_window, first_s=RACE_FIRST_S, cap_s=RACE_CAP_S, jitter=True
+                )
+            if not backoff.pause():
+                raise BackendBusyError(
+                    f"the taskstate server at {self._http.host}: key {key!r} in {self.scope} "
+                    f"was changed by other writers under each of {attempt} attempts to {op} it "
+                    f"over {backoff.elapsed():.1f} s (the retry window, "
+                    f"{self._http.retry_window:g} s); nothing was written by this call. Too "
+                    "many writers on one key: try again later, or spread them over keys"
+                )
 
 
 def _write_id(entry: StoredEntry | None) -> str | None:

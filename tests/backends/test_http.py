@@ -39,6 +39,7 @@ from taskstate.backends.offload import OffloadBackend
 from taskstate.backends.sqlite import SQLiteBackend
 from taskstate.errors import (
     AccessDeniedError,
+    BackendBusyError,
     BackendUnavailableError,
     ConfigError,
     InvalidKeyError,
@@ -126,17 +127,61 @@ def test_a_store_over_http_behaves_like_a_local_one(served: Server) -> None:
         assert state.items() == []
 
 
-def test_concurrent_updates_from_processes_lose_nothing(served: Server) -> None:
+@pytest.mark.parametrize(("processes", "threads", "updates"), [(4, 1, 25), (4, 16, 30)])
+def test_concurrent_updates_from_processes_lose_nothing(
+    served: Server, processes: int, threads: int, updates: int
+) -> None:
+    # Each thread on its own connection, all on one key. 64 writers is the fleet run's hot
+    # key: every lost race (412) is tried again within the retry window, so each update lands
+    # exactly once and none gives up (a loop capped at 100 lost races in a row gave up a few
+    # times per run at that size).
     code = (
-        "import sys\nfrom taskstate import StateStore, TaskScope\n"
+        "import sys, threading\nfrom taskstate import StateStore, TaskScope\n"
         "from taskstate.settings import Settings\n"
         "s = StateStore(sys.argv[1], settings=Settings()).task_state(TaskScope('d','r','t'))\n"
-        "for _ in range(25): s.update('n', lambda v: v + 1, default=0)\n"
+        "errors = []\n"
+        "def run():\n"
+        "    try:\n"
+        f"        for _ in range({updates}): s.update('n', lambda v: v + 1, default=0)\n"
+        "    except Exception as exc:\n"
+        "        errors.append(exc)\n"
+        f"threads = [threading.Thread(target=run) for _ in range({threads})]\n"
+        "[t.start() for t in threads]; [t.join() for t in threads]\n"
+        "sys.exit(repr(errors) if errors else 0)\n"
     )
-    procs = [subprocess.Popen([sys.executable, "-c", code, served.url]) for _ in range(4)]
-    assert [p.wait(120) for p in procs] == [0, 0, 0, 0]
+    procs = [subprocess.Popen([sys.executable, "-c", code, served.url]) for _ in range(processes)]
+    assert [p.wait(300) for p in procs] == [0] * processes
     with StateStore(served.url, settings=Settings()) as store:
-        assert store.task_state(TaskScope("d", "r", "t")).get("n") == 100
+        assert store.task_state(TaskScope("d", "r", "t")).get("n") == processes * threads * updates
+
+
+def test_an_update_that_loses_every_race_for_the_whole_window_is_a_busy_error(
+    served: Server,
+) -> None:
+    # A competing writer that always wins: between this update's read and its conditional
+    # write, another client changes the key, so every attempt gets 412 until the (small)
+    # retry window is over.
+    url = served.url
+    store = StateStore(url, settings=Settings(), backend=HttpBackend(url, retry_window=0.3))
+    rival = StateStore(url, settings=Settings()).task_state(TaskScope("d", "r", "t"))
+    state = store.task_state(TaskScope("d", "r", "t"))
+    state.set("hot", 0)
+    computed = []
+
+    def increment_while_the_rival_wins(value: int) -> int:
+        computed.append(value)
+        rival.set("hot", 1000 + len(computed))
+        return value + 1
+
+    with pytest.raises(BackendBusyError) as raised:
+        state.update("hot", increment_while_the_rival_wins)
+    message = str(raised.value)
+    assert "'hot'" in message and f"{len(computed)} attempts" in message
+    assert "0.3 s" in message and served.url.split("//")[1].split("/")[0] in message
+    assert len(computed) > 1  # tried again after lost races, not given up at the first
+    assert state.get("hot") == 1000 + len(computed)  # only the rival's writes landed
+    # Uncontended, the same store updates at once.
+    assert state.update("hot", lambda v: v + 1) == 1001 + len(computed)
 
 
 def test_compare_and_set_racing_processes_over_http_exactly_one_wins_each_round(
