@@ -88,7 +88,7 @@ def test_a_dag_run_and_http_see_each_others_state(deployment: Deployment, run_id
         assert body["value"] == {"run_id": run_id, "n": 42}
         assert body["last_updated_by"] == {
             "kind": "task", "dag_id": "ts_api", "run_id": run_id, "task_id": "writer",
-            "map_index": -1,
+            "map_index": -1, "try_number": 1,
         }  # fmt: skip
         seen = http.get(f"{task_url(run_id, 'reader')}/seen").json()
         assert seen["value"] == {"from": "http"}

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 from tests.airflow.harness import DATE, AirflowHome
 
-from taskstate.scope import task_prefix
+from taskstate.scope import ASSET_PREFIX, TaskScope, task_prefix
 
 pytestmark = pytest.mark.airflow
 
@@ -37,6 +37,22 @@ def test_retries_share_state(airflow_home: AirflowHome) -> None:
     if not airflow_home.task_states("ts_inject", "retried"):
         airflow_home.dags_test("ts_inject")
     assert airflow_home.task_states("ts_inject", "retried")[-1]["tries"] == [1, 2, 3]
+    # Each try's write names that try, in the history and as the key's last writer.
+    with airflow_home.store() as store:
+        entries = list(store.entries(task_prefix("ts_inject")))
+        (scope,) = {s for s, e in entries if isinstance(s, TaskScope) and s.task_id == "retried"}
+        state = store.task_state(scope)
+        writers = [v.updated_by for v in state.history("tries")]
+        assert [w and w.get("try_number") for w in writers] == [3, 2, 1], writers
+        assert writers[0] == {
+            "kind": "task", "dag_id": "ts_inject", "run_id": scope.run_id, "task_id": "retried",
+            "map_index": -1, "try_number": 3,
+        }  # fmt: skip
+        assert state.entry("tries").updated_by == writers[0]  # type: ignore[union-attr]
+        # An asset a task wrote names that task's try (one_asset ran once: try 1).
+        assets = [e.updated_by or {} for _, e in store.entries(ASSET_PREFIX)]
+        ours = [w for w in assets if w.get("dag_id") == "ts_inject"]
+        assert len(ours) == 2 and all(w["try_number"] == 1 for w in ours), assets
 
 
 def test_map_indices_are_isolated(airflow_home: AirflowHome) -> None:

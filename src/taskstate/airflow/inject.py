@@ -44,6 +44,12 @@ def task_scope(ti: Any) -> TaskScope:
     return TaskScope(ti.dag_id, ti.run_id, ti.task_id, map_index)
 
 
+def try_number(ti: Any) -> int | None:
+    """The try a task instance is running (what its writes record), None when it has none."""
+    tried = getattr(ti, "try_number", None)
+    return None if tried is None else int(tried)
+
+
 class StoreUnavailable:
     """Stands in for a store that could not be opened, so the task fails where it uses it."""
 
@@ -81,7 +87,10 @@ class InjectState:
         try:
             store = process_store()
             prepare_task_store(context, store)
-            state = store.task_state(task_scope(context["ti"]))
+            ti = context["ti"]
+            scope = task_scope(ti)
+            writer = task_writer(scope, try_number(ti))  # its writes name this try
+            state = store.task_state(scope, writer=writer)
             reason = self._start_over_reason(store, state.scope, context)
             if reason is not None:
                 state.clear()
@@ -89,7 +98,6 @@ class InjectState:
             context["task_state_store"] = state
             assets = [a for a in (*(task.inlets or ()), *(task.outlets or ())) if is_asset(a)]
             if assets:
-                writer = task_writer(state.scope)
                 context["asset_state_store"] = AssetStateStores(store, assets, writer)
         except Exception as exc:
             # Airflow logs and swallows callback errors; leave a stand-in that fails loudly

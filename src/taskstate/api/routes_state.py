@@ -524,7 +524,7 @@ def _writer(principal: Principal, request: Request) -> dict[str, Any]:
     writer: dict[str, Any] = (
         api_writer(principal.subject, request.headers.get(VIA_HEADER))
         if instance is None
-        else task_writer(TaskScope(*instance))
+        else task_writer(TaskScope(*instance), principal.try_number)
     )
     write_id = request.headers.get(WRITE_ID_HEADER)
     if write_id:
