@@ -114,6 +114,15 @@ def test_clear_on_success(airflow_home: AirflowHome) -> None:
     )
     assert airflow_home.task_states("ts_clear_on_success", "succeeds") == {}
     assert airflow_home.task_states("ts_clear_on_success", "fails") == {-1: {"k": 1}}
+    with airflow_home.store() as store:  # the clear is the task's own write, by its try
+        (run_id,) = airflow_home.run_ids("ts_clear_on_success")
+        versions = store.task_state(TaskScope("ts_clear_on_success", run_id, "succeeds")).history(
+            "k"
+        )
+        assert [(v.op, (v.updated_by or {}).get("try_number")) for v in versions] == [
+            ("clear", 1),
+            ("set", 1),
+        ]
 
 
 def test_example_etl_with_checkpoint(airflow_home: AirflowHome) -> None:

@@ -159,8 +159,12 @@ class ClearOnSuccess:
         store = process_store()
         if not store.settings.clear_on_success:
             return
-        scope = task_scope(context["ti"])
-        store.clear_task(scope.dag_id, scope.run_id, scope.task_id, map_index=scope.map_index)
+        ti = context["ti"]
+        scope = task_scope(ti)
+        writer = task_writer(scope, try_number(ti))  # the clear's version names this try
+        store.clear_task(
+            scope.dag_id, scope.run_id, scope.task_id, map_index=scope.map_index, writer=writer
+        )
 
     def __repr__(self) -> str:
         return "taskstate.airflow.inject.ClearOnSuccess"
