@@ -204,6 +204,9 @@ def test_a_write_with_the_previous_trys_token_is_fenced_while_the_next_try_runs(
             assert time.monotonic() < deadline, f"try 2 never ran\n{deployment.log_tail()}"
             time.sleep(1)
         assert seen.json()["value"] == 2
+        held = {"kind": "task", "dag_id": "ts_fence", "run_id": run, "task_id": "held",
+                "map_index": -1, "try_number": 2}  # fmt: skip
+        assert seen.json()["last_updated_by"] == held  # the task's own write names its try
         stale = http.put(f"{url}/k", json={"value": "from try 1"}, headers=tokens[1])
         assert stale.status_code == 409, stale.text
         assert "this token is for try 1" in stale.json()["detail"], stale.text
@@ -220,6 +223,10 @@ def test_a_write_with_the_previous_trys_token_is_fenced_while_the_next_try_runs(
         assert (
             http.put(f"{url}/k", json={"value": "from try 2"}, headers=tokens[2]).status_code == 204
         )
+        assert http.get(f"{url}/k", headers=tokens[2]).json()["last_updated_by"] == held
+        history = url.replace("/state-store", "/taskstate-history") + "/k"
+        versions = http.get(history, headers=tokens[2]).json()["versions"]
+        assert [v["updated_by"] for v in versions] == [held]  # try 1's refused write: none
         assert (
             http.put(f"{url}/release", json={"value": True}, headers=tokens[2]).status_code == 204
         )
