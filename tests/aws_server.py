@@ -11,13 +11,18 @@ PyPI, in the dev env) in a subprocess, with what the tests need that moto lacks:
 - Batch runs without Docker (moto's "simple" Batch), but a job stays RUNNING `job_seconds` before
   it succeeds (moto's would succeed at once); ECS tasks go RUNNING → … → STOPPED (exit 0) by
   moto's state manager, one step per `job_seconds / 4`;
+- held jobs (`running_aws(..., released=path)`, for Athena, Batch and ECS): a job stays RUNNING
+  whatever the time until its logical job is listed in the `released` file (one per line,
+  written by whoever is told the job may end), then it succeeds, so nothing in a test depends
+  on how long a try took;
 - a ledger: one JSON line per submission the service accepted (Redshift Data
   `ExecuteStatement`, Glue `StartJobRun`, Athena `StartQueryExecution`, Batch `SubmitJob`, ECS
   `RunTask`), which is what "how many jobs ran" is counted from. Its `logical` is the first
   quoted string of the SQL, the Glue run's `--logical` argument, the Batch job's `logical`
   parameter, or the ECS container override's `LOGICAL` environment variable.
 
-Run as a script it is the server (`python tests/aws_server.py PORT LEDGER JOB_SECONDS`).
+Run as a script it is the server (`python tests/aws_server.py PORT LEDGER JOB_SECONDS
+[RELEASED]`).
 """
 
 from __future__ import annotations
@@ -86,15 +91,19 @@ class Aws:
 
 
 @contextlib.contextmanager
-def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
-    """A fresh server on 127.0.0.1 with an empty ledger, stopped on exit."""
+def running_aws(
+    workdir: Path, *, job_seconds: float = 6.0, released: Path | None = None
+) -> Iterator[Aws]:
+    """A fresh server on 127.0.0.1 with an empty ledger, stopped on exit. With `released`,
+    Athena, Batch and ECS jobs are held RUNNING until their logical job is listed there."""
     from tests.postgres_server import free_port, stop_server, wait_for_port
 
     port = free_port()
     ledger = workdir / f"aws-ledger-{port}.jsonl"
     log = (workdir / f"aws-server-{port}.log").open("wb")
+    held = [] if released is None else [str(released)]
     proc = subprocess.Popen(
-        [sys.executable, __file__, str(port), str(ledger), str(job_seconds)],
+        [sys.executable, __file__, str(port), str(ledger), str(job_seconds), *held],
         stdout=log,
         stderr=subprocess.STDOUT,
     )
@@ -108,9 +117,17 @@ def running_aws(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Aws]:
         log.close()
 
 
-def _serve(port: int, ledger: Path, job_seconds: float) -> None:
+def released_jobs(released: Path | None) -> set[str] | None:
+    """The logical jobs listed in the `released` file (None: jobs are not held)."""
+    if released is None:
+        return None
+    return set(released.read_text().splitlines()) if released.exists() else set()
+
+
+def _serve(port: int, ledger: Path, job_seconds: float, released: Path | None) -> None:
     import inspect
 
+    from moto.athena.models import AthenaBackend
     from moto.athena.responses import AthenaResponse
     from moto.batch.models import BatchBackend
     from moto.batch_simple.models import BatchSimpleBackend
@@ -121,9 +138,24 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
     from moto.redshiftdata.models import RedshiftDataAPIServiceBackend
     from moto.server import main
 
+    logical_of: dict[str, Any] = {}  # job id -> its logical job
+
     def record(entry: dict[str, Any]) -> None:
+        logical_of[entry["id"]] = entry.get("logical")
         with ledger.open("a") as f:
             f.write(json.dumps(entry) + "\n")
+
+    def is_released(job_id: str) -> bool:
+        return logical_of.get(job_id) in (released_jobs(released) or ())
+
+    def finished(job_id: str, started: float) -> bool:
+        """Held jobs end when released; the others `job_seconds` after they started."""
+        if released is not None:
+            return is_released(job_id)
+        return time.monotonic() - started > job_seconds
+
+    # Held: moto's state manager never moves Athena or ECS on by itself (`finished` does).
+    moved_on = {"progression": "manual", "times": sys.maxsize} if released is not None else None
 
     execute_statement = RedshiftDataAPIServiceBackend.execute_statement
     describe_statement = RedshiftDataAPIServiceBackend.describe_statement
@@ -168,10 +200,19 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
             record({"service": "athena", "id": execution_id, "logical": logical})
         return answer
 
+    get_query_execution = AthenaBackend.get_query_execution
+
+    def get_held_query_execution(self: Any, exec_id: str) -> Any:
+        execution = get_query_execution(self, exec_id)
+        if released is not None:
+            execution.status = "SUCCEEDED" if is_released(exec_id) else "RUNNING"
+        return execution
+
     AthenaResponse.start_query_execution = start_query_execution  # type: ignore[method-assign]
+    AthenaBackend.get_query_execution = get_held_query_execution  # type: ignore[method-assign]
     state_manager.set_transition(
         model_name="athena::execution",
-        transition={"progression": "time", "seconds": job_seconds / 2},
+        transition=moved_on or {"progression": "time", "seconds": job_seconds / 2},
     )
     default_user_config["batch"] = {"use_docker": False}
     batch_started: dict[str, float] = {}
@@ -197,7 +238,7 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
     def describe_batch_jobs(self: Any, jobs: Any) -> Any:
         for job_id in jobs or []:
             started = batch_started.get(job_id)
-            if started is not None and time.monotonic() - started > job_seconds:
+            if started is not None and finished(job_id, started):
                 self._jobs[job_id]._mark_stopped(success=True)
         return describe_batch(self, jobs)
 
@@ -222,6 +263,8 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
     def describe_tasks(self: Any, *args: Any, **kwargs: Any) -> Any:
         tasks = describe_ecs_tasks(self, *args, **kwargs)
         for task in tasks:
+            if released is not None and is_released(task.task_arn):
+                task.last_status = "STOPPED"
             if task.last_status == "STOPPED":  # as ECS: the containers stopped, exit code 0
                 task.desired_status = "STOPPED"
                 for container in task.containers:
@@ -231,7 +274,8 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
     EC2ContainerServiceBackend.run_task = run_task  # type: ignore[method-assign]
     EC2ContainerServiceBackend.describe_tasks = describe_tasks  # type: ignore[method-assign]
     state_manager.set_transition(
-        model_name="ecs::task", transition={"progression": "time", "seconds": job_seconds / 4}
+        model_name="ecs::task",
+        transition=moved_on or {"progression": "time", "seconds": job_seconds / 4},
     )
     RedshiftDataAPIServiceBackend.execute_statement = execute  # type: ignore[method-assign]
     RedshiftDataAPIServiceBackend.describe_statement = describe  # type: ignore[method-assign]
@@ -243,4 +287,5 @@ def _serve(port: int, ledger: Path, job_seconds: float) -> None:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]))
+    held = Path(sys.argv[4]) if len(sys.argv) > 4 else None
+    _serve(int(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3]), held)

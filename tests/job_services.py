@@ -11,12 +11,15 @@ providers' hooks use them:
   a connection's jobs (`GET /v1/jobs?connectionId=...`), and the client-credentials token
   (`POST /v1/applications/token`).
 
-Every job is RUNNING until `job_seconds` after it was created, then succeeded. A ledger counts
+Every job is RUNNING until `job_seconds` after it was created, then succeeded; or, held
+(`running_services(..., released=path)`), RUNNING until its logical job is listed in the
+`released` file (one per line), whatever the time. A ledger counts
 submissions: one JSON line per accepted job, `logical` being the dbt run's cause up to our token
 marker (" [") or the Airbyte connection id, which the test DAG sets to `<run_id>|<task_id>`.
 
-Run as a script it is the server (`python tests/job_services.py DBT_PORT AIRBYTE_PORT LEDGER
-JOB_SECONDS CERT KEY`); `running_services()` starts one with a fresh self-signed certificate.
+Run as a module it is the server (`python -m tests.job_services DBT_PORT AIRBYTE_PORT LEDGER
+JOB_SECONDS CERT KEY [RELEASED]`); `running_services()` starts one with a fresh self-signed
+certificate.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
+
+from tests.aws_server import released_jobs
 
 
 @dataclass(frozen=True)
@@ -89,8 +94,11 @@ def _certificate(workdir: Path) -> tuple[Path, Path]:
 
 
 @contextlib.contextmanager
-def running_services(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Services]:
-    """Fresh fakes on 127.0.0.1 with an empty ledger, stopped on exit."""
+def running_services(
+    workdir: Path, *, job_seconds: float = 6.0, released: Path | None = None
+) -> Iterator[Services]:
+    """Fresh fakes on 127.0.0.1 with an empty ledger, stopped on exit. With `released`, jobs
+    are held RUNNING until their logical job is listed there."""
     from tests.postgres_server import free_port, stop_server, wait_for_port
 
     dbt_port, airbyte_port = free_port(), free_port()
@@ -98,8 +106,12 @@ def running_services(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Ser
     cert, key = _certificate(workdir)
     log = (workdir / f"services-{dbt_port}.log").open("wb")
     args = [dbt_port, airbyte_port, ledger, job_seconds, cert, key]
+    args += [] if released is None else [released]
     proc = subprocess.Popen(
-        [sys.executable, __file__, *map(str, args)], stdout=log, stderr=subprocess.STDOUT
+        [sys.executable, "-m", "tests.job_services", *map(str, args)],
+        cwd=Path(__file__).resolve().parents[1],  # the repository: `tests` imports from there
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         for port in (dbt_port, airbyte_port):
@@ -113,23 +125,29 @@ def running_services(workdir: Path, *, job_seconds: float = 6.0) -> Iterator[Ser
 class _Jobs:
     """The jobs both fakes hold, and the ledger."""
 
-    def __init__(self, ledger: Path, job_seconds: float) -> None:
+    def __init__(self, ledger: Path, job_seconds: float, released: Path | None) -> None:
         self.ledger = ledger
         self.job_seconds = job_seconds
+        self.released = released
         self.lock = threading.Lock()
         self.jobs: dict[int, dict[str, Any]] = {}
         self.created: dict[int, float] = {}
+        self.logical: dict[int, str] = {}
 
     def add(self, service: str, job: dict[str, Any], logical: str) -> dict[str, Any]:
         with self.lock:
             job_id = len(self.jobs) + 1
             self.jobs[job_id] = {**job, "id": job_id, "service": service}
             self.created[job_id] = time.monotonic()
+            self.logical[job_id] = logical
             with self.ledger.open("a") as f:
                 f.write(json.dumps({"service": service, "id": job_id, "logical": logical}) + "\n")
             return self.jobs[job_id]
 
     def done(self, job_id: int) -> bool:
+        listed = released_jobs(self.released)
+        if listed is not None:
+            return self.logical[job_id] in listed
         return time.monotonic() - self.created[job_id] > self.job_seconds
 
 
@@ -228,9 +246,15 @@ def _handler(jobs: _Jobs, service: str) -> type[BaseHTTPRequestHandler]:
 
 
 def _serve(
-    dbt_port: int, airbyte_port: int, ledger: Path, seconds: float, cert: str, key: str
+    dbt_port: int,
+    airbyte_port: int,
+    ledger: Path,
+    seconds: float,
+    cert: str,
+    key: str,
+    released: Path | None,
 ) -> None:
-    jobs = _Jobs(ledger, seconds)
+    jobs = _Jobs(ledger, seconds, released)
     dbt = ThreadingHTTPServer(("127.0.0.1", dbt_port), _handler(jobs, "dbt"))
     tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     tls.load_cert_chain(cert, key)
@@ -242,4 +266,4 @@ def _serve(
 
 if __name__ == "__main__":
     a = sys.argv[1:]
-    _serve(int(a[0]), int(a[1]), Path(a[2]), float(a[3]), a[4], a[5])
+    _serve(int(a[0]), int(a[1]), Path(a[2]), float(a[3]), a[4], a[5], Path(a[6]) if a[6:] else None)

@@ -197,6 +197,14 @@ def test_restore_task_undoes_a_clear(make: Maker) -> None:
     mapped[0].set("a", 10)
     store.clear_task("etl", "run_1", "load")
     mapped[1].set("late", 3)  # created after `as_of`: goes
+    # The preview (the UI's, before its confirmation) says so and writes nothing.
+    assert store.restore_task_preview("etl", "run_1", "load", as_of=good) == [
+        (0, "a", 1, None), (1, "b", 2, None), (1, "late", None, 3)
+    ]  # fmt: skip
+    assert store.restore_task_preview("etl", "run_1", "load", as_of=good, map_index=1) == [
+        (1, "b", 2, None), (1, "late", None, 3)
+    ]  # fmt: skip
+    assert mapped[1].get("late") == 3
     assert store.restore_task("etl", "run_1", "load", as_of=good) == 2
     assert mapped[0].items() == [("a", 1)] and mapped[1].items() == [("b", 2)]
     assert mapped[0].history("a", 1)[0].op == "restore"

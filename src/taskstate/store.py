@@ -60,6 +60,16 @@ ImportEntry = tuple[TaskScope | AssetScope, str, object, float | None, float | N
 """(scope, key, value, expires_at, updated_at, updated_by) for `StateStore.import_entries`."""
 
 
+class KeyChange(NamedTuple):
+    """One key `StateStore.restore_task` would change (`restore_task_preview`): its value at
+    `as_of` (`then`) and now (`now`), None where it held none."""
+
+    map_index: int
+    key: str
+    then: Any
+    now: Any
+
+
 class ImportVersion(NamedTuple):
     """A kept version of a key, as `export --with-history` wrote it, for `import_entries`;
     `value` None for a deletion."""
@@ -354,14 +364,66 @@ class StateStore:
         if self._remote:  # the server's store keeps the history, and restores it
             remote = cast("HttpBackend", self.backend)
             return remote.restore_task(dag_id, run_id, task_id, as_of, map_index)
+        kept, deletes = self._task_as_of(dag_id, run_id, task_id, as_of, at, map_index)
+        now = self.clock()
+        writes: list[Row] = []
+        for namespace, key, version in kept:
+            expiry = version.expires_at
+            if expiry is not None and expiry <= now:
+                expiry = expires_at(None, self.settings.default_retention_days, now)
+            # An offloaded value keeps its object: a kept version refers to it, so it stays.
+            writes.append(Row(namespace, key, cast(str, version.value), expiry, now, None))
+        self._versioned.restore_many(writes, deletes, Stamp("restore", now, writer_text(writer)))
+        return len(writes)
+
+    def restore_task_preview(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        *,
+        as_of: datetime,
+        map_index: int | None = None,
+    ) -> list[KeyChange]:
+        """What `restore_task` with the same arguments would change, writing nothing: one
+        `KeyChange` per key it would bring back (`then` set; as many as it would return) or
+        delete (`then` None, `now` set), in (map index, key) order. The UI shows it before
+        the person confirms."""
+        at = instant(as_of)
+        if self._remote:
+            remote = cast("HttpBackend", self.backend)
+            found = remote.restore_task_preview(dag_id, run_id, task_id, as_of, map_index)
+            return [KeyChange(*change) for change in found]
+        kept, deletes = self._task_as_of(dag_id, run_id, task_id, as_of, at, map_index)
+        then = {(ns, key): self.load_value(cast(str, v.value)) for ns, key, v in kept}
+        changes = []
+        for namespace, key in sorted({*then, *deletes}):
+            scope = parse_namespace(namespace)
+            assert isinstance(scope, TaskScope)
+            entry = self._accessor(scope, None).entry(key)
+            now = None if entry is None else entry.value
+            if (namespace, key) in then or now is not None:
+                changes.append(KeyChange(scope.map_index, key, then.get((namespace, key)), now))
+        return sorted(changes)
+
+    def _task_as_of(
+        self,
+        dag_id: str,
+        run_id: str,
+        task_id: str,
+        as_of: datetime,
+        at: float,
+        map_index: int | None,
+    ) -> tuple[list[tuple[str, str, VersionRow]], list[tuple[str, str]]]:
+        """`restore_task`'s plan: the versions live at `at` (to write back) and the
+        (namespace, key) of every key held then by no value (to delete)."""
         if not self.history:
             raise self.no_history("nothing to restore")
         if map_index is None:
             prefix = task_prefix(dag_id, run_id, task_id)
         else:
             prefix = TaskScope(dag_id, run_id, task_id, map_index).namespace
-        now = self.clock()
-        writes: list[Row] = []
+        kept: list[tuple[str, str, VersionRow]] = []
         deletes: list[tuple[str, str]] = []
         for namespace, key, version in self._versioned.task_versions(prefix, at):
             if map_index is not None and namespace != prefix:
@@ -378,13 +440,8 @@ class StateStore:
             elif version.value is None or not is_live(version.expires_at, at):
                 deletes.append((namespace, key))
             else:
-                expiry = version.expires_at
-                if expiry is not None and expiry <= now:
-                    expiry = expires_at(None, self.settings.default_retention_days, now)
-                # An offloaded value keeps its object: a kept version refers to it, so it stays.
-                writes.append(Row(namespace, key, version.value, expiry, now, None))
-        self._versioned.restore_many(writes, deletes, Stamp("restore", now, writer_text(writer)))
-        return len(writes)
+                kept.append((namespace, key, version))
+        return kept, deletes
 
     def restore(
         self,

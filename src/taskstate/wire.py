@@ -75,7 +75,13 @@ VERSIONS: Final = "versions"
 OP: Final = "op"
 UPDATED_BY: Final = "updated_by"  # a version's writer: the same dict as last_updated_by
 RESTORED: Final = "restored"  # how many keys a task instance's restore made live again
-HISTORY_FIELDS: Final = frozenset({AS_OF, VERSION, VERSIONS, OP, UPDATED_BY, RESTORED})
+# What that restore would change (its preview): per key, its value at as_of and now (null: none).
+CHANGES: Final = "changes"
+THEN: Final = "then"
+NOW: Final = "now"
+HISTORY_FIELDS: Final = frozenset(
+    {AS_OF, VERSION, VERSIONS, OP, UPDATED_BY, RESTORED, CHANGES, THEN, NOW}
+)
 MAX_PAGE: Final = 100  # Airflow's default [api] maximum_page_limit
 # Discovery listings (`DAGS`, `DAG_RUNS`, `TASK_INSTANCES`, `ASSETS`) and the writer's identity.
 DAG_ID_PATTERN: Final = "dag_id_pattern"  # the DAG search, as Airflow's own parameter

@@ -220,7 +220,10 @@ class Deployment:
         deadline = time.monotonic() + timeout
         seen = None
         while time.monotonic() < deadline:
-            seen = self.run_state(dag_id, run_id)
+            try:
+                seen = self.run_state(dag_id, run_id)
+            except httpx.TransportError as exc:  # the api-server, busy with the run's tasks
+                seen = f"no answer ({exc!r})"  # (at a load of 70 /auth/token took over 30 s)
             if seen == state:
                 return
             if seen in ("success", "failed"):

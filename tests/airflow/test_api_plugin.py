@@ -12,6 +12,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,13 @@ def test_history_routes_inside_airflow_with_airflows_permissions(
         first = versions[1]["version"]
         refused = viewer.post(history, json={"version": first})
         assert refused.status_code == 403, refused.text
+        # The task instance's restore preview (the UI's) is a read: the viewer may ask.
+        now = datetime.now(timezone.utc).isoformat()
+        preview = viewer.get(history.rsplit("/", 1)[0], params={"as_of": now})
+        assert preview.status_code == 200, preview.text
+        assert {"map_index": -1, "key": "history_key", "then": "bad", "now": "bad"} in (
+            preview.json()["changes"]
+        )
     with deployment.client("admin") as admin:
         done = admin.post(history, json={"version": first})
         assert done.status_code == 200, done.text

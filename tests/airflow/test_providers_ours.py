@@ -2,15 +2,23 @@
 point of a submission: one job per logical job, and the task's result is that job's.
 
 Services on loopback: moto for Athena, Batch and ECS (tests/aws_server.py), fakes of dbt Cloud
-and Airbyte (tests/job_services.py); each counts the jobs it accepted. Under the shared running
-deployment of Airflow 3.2 (scheduler + LocalExecutor) one DAG run has every operator at every
-kill point, and every operator starting with the id of another client's job in its state
-(`verify_job` must refuse it); under Airflow 2.10's (scheduler + SequentialExecutor, one task at
-a time) one run has ECS and Airbyte (2.10's older amazon and airbyte releases) killed inside the
-submit→persist window, the point only taskstate closes; under `airflow dags test` on 3.3 (tasks
-in the command's own process: the fault is an exception) every operator fails inside the window
-(the other points are the 3.2 run's), and every operator in deferrable mode fails after saving
-the id, before `defer()`. The DAG: tests/airflow/provider_dags/ts_providers_ours.py.
+and Airbyte (tests/job_services.py); each counts the jobs it accepted and holds each job RUNNING
+until the task's waiting try lists it as released, so every point is reached with the job
+running, whatever the load. One DAG run per version:
+
+- Airflow 3.2, the shared running deployment (scheduler + LocalExecutor): try 1 SIGKILLed,
+  every kill point its own task, each operator once;
+- Airflow 2.10, its shared deployment (scheduler + SequentialExecutor, one try at a time, 2.10's
+  older provider releases): try 1 SIGKILLed, every kill point its own task, one operator of
+  each provider package (Airbyte inside the window, ECS while polling, dbt Cloud after the id
+  is saved);
+- Airflow 3.3, `airflow dags test` (tasks in the command's own process: the fault is an
+  exception, and a try costs little): every operator inside the window and after saving the
+  id, Batch while polling too (the retry's path is the one after saving the id); every operator in
+  deferrable mode failed after saving the id, before `defer()`; and every operator starting
+  with the id of another client's job in its state (`verify_job` must refuse it).
+
+The DAG: tests/airflow/provider_dags/ts_providers_ours.py.
 """
 
 from __future__ import annotations
@@ -34,11 +42,20 @@ pytestmark = pytest.mark.airflow
 DAG_FILE = Path(__file__).with_name("provider_dags") / "ts_providers_ours.py"
 KILLS = ("in_window", "after_persist", "while_polling")
 OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
-EVERY = [f"{op}_{point}" for op in OPERATORS for point in KILLS]
+# Every operator inside the window and after the id is saved; while polling (whose retry
+# reconnects as after the id is saved) Batch on 3.3, others under the schedulers.
+EVERY = [f"{op}_{p}" for op in OPERATORS for p in KILLS[:2]] + ["batch_while_polling"]
 FOREIGN = [f"{op}_foreign_id" for op in OPERATORS]
-WINDOW = [f"{op}_in_window" for op in OPERATORS]
-WINDOW_PAIR = ["ecs_in_window", "airbyte_in_window"]
+EACH_POINT = [
+    f"{op}_{point}"
+    for op, point in zip(
+        OPERATORS, ("while_polling", "after_persist", *["in_window"] * 3), strict=True
+    )
+]
+SEQUENTIAL = ["airbyte_in_window", "ecs_while_polling", "dbt_cloud_after_persist"]
 DEFERRED = [f"{op}_before_defer" for op in OPERATORS]
+# The DAG's `ts_providers_ours_each_point` is EACH_POINT, `ts_providers_ours_sequential`
+# SEQUENTIAL, `ts_providers_ours_dags_test` EVERY + DEFERRED + FOREIGN.
 
 
 def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:
@@ -82,13 +99,15 @@ def foreign_jobs(aws: Any, fakes: Any) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def services(workdir: Path, job_seconds: float = 4) -> Iterator[tuple[dict[str, str], Any]]:
-    """Every service, and `ledger(run_id)`: task -> [job ids the services accepted for it]."""
+def services(workdir: Path) -> Iterator[tuple[dict[str, Any], Any]]:
+    """Every service, holding each job RUNNING until its task lists it in `released`, and
+    `ledger(run_id)`: task -> [job ids the services accepted for it]."""
     out = workdir / "out"
     out.mkdir(parents=True)
+    released = workdir / "released"
     with (
-        running_aws(workdir, job_seconds=job_seconds) as aws,
-        running_services(workdir, job_seconds=job_seconds) as fakes,
+        running_aws(workdir, released=released) as aws,
+        running_services(workdir, released=released) as fakes,
     ):
         endpoints = {
             "aws": aws.endpoint,
@@ -96,6 +115,7 @@ def services(workdir: Path, job_seconds: float = 4) -> Iterator[tuple[dict[str, 
             "airbyte": fakes.airbyte_url,
             "ca": str(fakes.ca_bundle),
             "out": str(out),
+            "released": str(released),
             "foreign": foreign_jobs(aws, fakes),
         }
 
@@ -114,14 +134,31 @@ def reports(out: Path) -> dict[str, dict[str, Any]]:
     return {p.stem: json.loads(p.read_text()) for p in out.glob("*.json")}
 
 
+def decisions(task: str) -> list[str]:
+    """What each try of `task` decides (the DAG's `<task>.decisions`): try 1 submits; a retry
+    finds its job still running (the services hold it) and reconnects to it: to the id it saved,
+    or, killed inside the window, to the job `find_job` recognises (Athena, which has none,
+    resubmits under the same ClientRequestToken and gets the same query back). A task that
+    starts with another client's job id refuses it and submits its own."""
+    operator, point = next((task[: -len(p) - 1], p) for p in (*KILLS, "before_defer",
+                           "foreign_id") if task.endswith("_" + p))  # fmt: skip
+    if point == "foreign_id":
+        return ["1 terminal_resubmit"]
+    if point != "in_window":
+        return ["1 fresh_submit", "2 reconnect"]
+    return ["1 fresh_submit", "2 recover_from_intent" if operator == "athena" else
+            "2 reconnect recovered"]  # fmt: skip
+
+
 def check(
     tasks: list[str],
-    found: dict[str, dict[str, Any]],
+    out: Path,
     jobs: dict[str, list[Any]],
     foreign: dict[str, Any] | None = None,
 ) -> None:
-    """Each task: one job, the result the operator returns for that job; a killed task was
-    retried once; a task that started with a foreign id refused it and ran its own job."""
+    """Each task: one job, the result the operator returns for that job, the decisions above;
+    a killed task was retried once; a task that started with a foreign id ran its own job."""
+    found = reports(out)
     assert sorted(found) == sorted(tasks), sorted(found)
     one_each = Counter(dict.fromkeys(tasks, 1))
     assert Counter({t: len(ids) for t, ids in jobs.items()}) == one_each, jobs
@@ -136,13 +173,17 @@ def check(
         assert report["stored"] == job, (task, report, job)
         # ECS returns the task's last log line (None without CloudWatch logs); the others the id
         assert report["result"] == (None if task.startswith("ecs_") else job), (task, report)
+        tried = (out / f"{task}.decisions").read_text().splitlines()
+        assert tried == decisions(task), (task, tried)
+        deferred = task.endswith("_before_defer")  # the result came from the trigger's return
+        assert report["via"] == ("execute_complete" if deferred else "execute"), (task, report)
 
 
 # Its own waits: starting the deployment (240 s) and the run (600 s), after migrating.
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize(("version", "dag_id", "tasks"), [
-    ("3.2", "ts_providers_ours", EVERY + FOREIGN),
-    ("2.10", "ts_providers_ours_window_pair", WINDOW_PAIR),
+    ("3.2", "ts_providers_ours_each_point", EACH_POINT),
+    ("2.10", "ts_providers_ours_sequential", SEQUENTIAL),
 ])  # fmt: skip
 def test_sigkilled_at_each_point_one_job_per_logical_job(
     version: str, dag_id: str, tasks: list[str], deployments: Deployments, tmp_path: Path
@@ -157,7 +198,7 @@ def test_sigkilled_at_each_point_one_job_per_logical_job(
         run_id = deployment.trigger(dag_id, conf={"services": endpoints})
         deployment.wait_for_run(dag_id, run_id, timeout=600)
         jobs = ledger(run_id)
-    check(tasks, reports(Path(endpoints["out"])), jobs, endpoints["foreign"])
+    check(tasks, Path(endpoints["out"]), jobs, endpoints["foreign"])
 
 
 @pytest.fixture(scope="module")
@@ -169,31 +210,20 @@ def home_33(tmp_path_factory: pytest.TempPathFactory) -> AirflowHome:
 
 # Its own waits: the home's CLI setup (600 s), `dags test` (600 s), the services (120 + 60 s).
 @pytest.mark.timeout(1500)
-def test_dags_test_failed_in_the_window_one_job_per_logical_job(
+def test_dags_test_every_point_and_deferrable_one_job_per_logical_job(
     home_33: AirflowHome, tmp_path: Path
 ) -> None:
+    """`dags test` runs the tasks in its own process, so a fault is an exception: every operator
+    fails inside the window (the id's write fails) and after saving the id, Batch while polling;
+    in deferrable mode, after saving the id and before `defer()`: its try 2 defers on that job
+    with the provider's own trigger (which the command runs inline) and completes it from the
+    task's state (`via` execute_complete)."""
     with services(tmp_path) as (endpoints, ledger):
         env = {"TS_PROVIDER_FAULT": "raise", "TS_SERVICES": json.dumps(endpoints)}
-        home_33.dags_test("ts_providers_ours_window", env=env)
+        home_33.dags_test("ts_providers_ours_dags_test", env=env)
         found = reports(Path(endpoints["out"]))
         jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
-    check(WINDOW, found, jobs)
-
-
-def test_dags_test_deferrable_failed_before_defer_one_job_each(
-    home_33: AirflowHome, tmp_path: Path
-) -> None:
-    """Deferrable mode: try 1 saves the id and fails before defer(); try 2 defers on that job
-    with the provider's own trigger (run by `dags test` in its process) and completes it from
-    the task's state: one job each, its result. The tasks run one after another and their jobs
-    20 s, so each job is still running when its try 2 defers and the trigger waits for it."""
-    with services(tmp_path, job_seconds=20) as (endpoints, ledger):
-        env = {"TS_PROVIDER_FAULT": "raise", "TS_SERVICES": json.dumps(endpoints)}
-        home_33.dags_test("ts_providers_ours_deferrable", env=env)
-        found = reports(Path(endpoints["out"]))
-        jobs = ledger(next(iter(found.values()))["run_id"]) if found else {}
-    check(DEFERRED, found, jobs)
-    assert {t: r["via"] for t, r in found.items()} == dict.fromkeys(DEFERRED, "execute_complete")
+    check(EVERY + DEFERRED + FOREIGN, Path(endpoints["out"]), jobs, endpoints["foreign"])
 
 
 PROBE = """

@@ -44,6 +44,7 @@ OPERATIONS: list[tuple[str, str, str, dict[str, Any], Any, str]] = [
     # State history: a read-only token may read it, not restore.
     ("history", "GET", f"{HISTORY}/k", ON_TASK, None, "task-read"),
     ("as-of", "GET", f"{HISTORY}/k", {**ON_TASK, "as_of": SOON}, None, "task-read"),
+    ("restore-preview", "GET", HISTORY, {**ON_TASK, "as_of": SOON}, None, "task-read"),
     ("restore", "POST", f"{HISTORY}/k", ON_TASK, LATEST, "task-write"),
     ("restore-task", "POST", HISTORY, {"all_map_indices": "true"},
      {"as_of": SOON}, "task-all"),

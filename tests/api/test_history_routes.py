@@ -137,6 +137,49 @@ def test_restore_task_over_http_and_the_asset_routes(served: Served, api: httpx.
     assert none.status_code == 404 and "x-taskstate-error" not in none.headers
 
 
+def test_restore_task_preview_says_what_would_change_and_writes_nothing(
+    served: Served, api: httpx.Client
+) -> None:
+    state = served.store.task_state(SCOPE)
+    state.set("kept", 1)
+    state.set("changed", "old")
+    state.set("gone", [1, 2])
+    served.store.task_state(TaskScope("d", "r", "t", 0)).set("mapped", 0)
+    good = _at(served, 5)
+    served.clock.now += 10
+    state.set("changed", "new")
+    state.delete("gone")
+    state.set("later", True)  # created after as_of: the restore deletes it
+    before = [v.version for v in state.history("changed")]
+
+    preview = api.get(HISTORY, params={"as_of": good})
+    assert preview.status_code == 200, preview.text
+    assert preview.json() == {
+        "as_of": good,
+        "restored": 3,
+        "changes": [
+            {"map_index": -1, "key": "changed", "then": "old", "now": "new"},
+            {"map_index": -1, "key": "gone", "then": [1, 2], "now": None},
+            {"map_index": -1, "key": "kept", "then": 1, "now": 1},
+            {"map_index": -1, "key": "later", "then": None, "now": True},
+        ],
+    }
+    every = api.get(HISTORY, params={"as_of": good, "all_map_indices": "true"}).json()
+    assert every["restored"] == 4
+    assert every["changes"][-1] == {"map_index": 0, "key": "mapped", "then": 0, "now": 0}
+    assert [v.version for v in state.history("changed")] == before  # nothing written
+    assert state.get("later") is True
+
+    # The restore then does what the preview said, and answers the same count.
+    assert api.post(HISTORY, json={"as_of": good}).json() == {"restored": 3}
+    assert state.get("gone") == [1, 2] and state.get("changed") == "old"
+    assert state.get("later") is None
+
+    assert api.get(HISTORY).status_code == 422  # no instant
+    naive = api.get(HISTORY, params={"as_of": "2026-12-01T03:00:00"})
+    assert naive.status_code == 422
+
+
 def test_a_task_instance_tokens_writes_name_its_try(served: Served) -> None:
     """A zombie try 1 overwriting try 2's checkpoint shows: each write names the token's try,
     in the history and in `last_updated_by` (over HTTP and in the store's own `Version`)."""

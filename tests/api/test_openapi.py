@@ -26,7 +26,7 @@ def test_openapi_is_valid_and_lists_every_route(api: httpx.Client) -> None:
     }
     history = task.replace("/state-store", "/taskstate-history")
     assert set(spec["paths"][history + "/{key}"]) == {"get", "post"}
-    assert set(spec["paths"][history]) == {"post"}  # restore the task instance as of
+    assert set(spec["paths"][history]) == {"get", "post"}  # restore as of (and its preview)
     assert set(spec["paths"]["/api/v2/assets/taskstate-history/{key}"]) == {"get", "post"}
     assert set(spec["paths"][task + "/{key}"]) == {"get", "put", "patch", "delete"}
     assert set(spec["paths"][task]) == {"get", "delete"}

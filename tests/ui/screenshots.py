@@ -9,9 +9,11 @@ Each view is captured from a real server with example state, in Debian's chromiu
 
 from __future__ import annotations
 
+import math
 import sys
 import tempfile
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from playwright.sync_api import Browser, Page, expect
@@ -123,6 +125,48 @@ def history_panel(browser: Browser, ui: str, store: StateStore) -> None:
     context.close()
 
 
+def history_diff(browser: Browser, ui: str, store: StateStore) -> None:
+    """Two versions of a structured value compared in the History panel, light and dark."""
+    load = TaskScope("orders_etl", "scheduled__2026-12-01T00:00:00+00:00", "load", -1)
+    batches = {"done": list(range(41)), "failed": [41], "source": "s3://lake/orders/"}
+    store.task_state(load).set("batches", batches)
+    shots = (("light", "ui-serve-history-diff"), ("dark", "ui-serve-history-diff-dark"))
+    for scheme, name in shots:
+        context = browser.new_context(viewport=DESKTOP, color_scheme=scheme)  # type: ignore[arg-type]
+        page = context.new_page()
+        task = "?dag_id=orders_etl&run_id=scheduled__2026-12-01T00:00:00%2B00:00&task_id=load"
+        page.goto(ui + task)
+        page.get_by_role("button", name="History of batches").click()
+        diff = page.get_by_role("dialog").locator("pre.ts-diff")
+        expect(diff).to_be_visible()
+        diff.scroll_into_view_if_needed()
+        shoot(page, name)
+        context.close()
+
+
+def restore_as_of(browser: Browser, ui: str, store: StateStore) -> None:
+    """Restore state as of… after a mistaken clear: the preview before the confirmation."""
+    load = TaskScope("orders_etl", "scheduled__2026-12-01T00:00:00+00:00", "load", -1)
+    good = math.ceil(time.time())
+    time.sleep(max(0.0, good - time.time()) + 0.05)
+    cli = {"kind": "api", "via": "cli", "user": "alice"}
+    store.task_state(load, writer=cli).clear()  # the mistake
+    store.task_state(load).set("job", {"id": "emr-9b01", "submitted_at": "2026-12-01T09:12:40Z"})
+    context = browser.new_context(viewport=DESKTOP)
+    page = context.new_page()
+    task = "?dag_id=orders_etl&run_id=scheduled__2026-12-01T00:00:00%2B00:00&task_id=load"
+    page.goto(ui + task)
+    page.get_by_role("button", name="Restore state as of…").click()
+    dialog = page.get_by_role("dialog")
+    dialog.get_by_label("Instant (UTC)").fill(
+        datetime.fromtimestamp(good, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
+    )
+    dialog.get_by_role("button", name="Preview").click()
+    expect(dialog.get_by_role("table")).to_be_visible()
+    shoot(page, "ui-serve-restore-as-of")
+    context.close()
+
+
 def standalone(browser: Browser) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         store = StateStore(f"sqlite:///{tmp}/state.db")
@@ -131,6 +175,8 @@ def standalone(browser: Browser) -> None:
             standalone_views(browser, f"{base}/taskstate/ui/", "ui-serve")
             conflict_and_dark(browser, f"{base}/taskstate/ui/", store)
             history_panel(browser, f"{base}/taskstate/ui/", store)
+            history_diff(browser, f"{base}/taskstate/ui/", store)
+            restore_as_of(browser, f"{base}/taskstate/ui/", store)
 
 
 def main(versions: list[str]) -> None:

@@ -3,9 +3,10 @@ browser is checked through the Python store, every refusal by what the store sti
 
 from __future__ import annotations
 
+import math
 import re
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta, timezone
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
@@ -305,7 +306,7 @@ def test_sign_in_with_a_token_and_read_only_users_change_nothing(
     )
     page.get_by_role("button", name="Use token").click()
     expect(row(page, "offset")).to_be_visible()
-    expect(page.get_by_text("Read-only: you may see this state but not change it.")).to_be_visible()
+    expect(page.get_by_text("Read-only: you may see this state and its history")).to_be_visible()
     for name in ("Add key", "Clear task instance", "Edit offset", "Delete offset"):
         expect(page.get_by_role("button", name=name)).to_have_count(0)
     # The server refuses what the page hides, with the page's own credentials.
@@ -446,8 +447,8 @@ def test_history_panel_shows_who_when_and_restores_behind_confirmation_and_if_ma
     expect(rows.nth(0)).to_contain_text("cli: alice")
     expect(rows.nth(0)).to_contain_text("current")
     expect(rows.nth(1)).to_contain_text("task etl.load, run run1")
-    expect(rows.nth(1).locator("td").nth(1)).to_have_text("set")
-    expect(rows.nth(1).locator("td").nth(3).locator("time")).to_have_attribute(
+    expect(rows.nth(1).locator('td[data-label="Operation"]')).to_have_text("set")
+    expect(rows.nth(1).locator('td[data-label="Updated at"] time')).to_have_attribute(
         "datetime", re.compile(r"^\d{4}-\d\d-\d\dT")
     )
     panel.get_by_role("button", name="Restore version 1").click()
@@ -487,6 +488,108 @@ def test_history_panel_shows_who_when_and_restores_behind_confirmation_and_if_ma
     assert orders.get("watermark") == "2026-01-01"
 
 
+def test_history_diff_of_any_two_versions_marks_what_changed(served: Served, page: Page) -> None:
+    seed(served)
+    state = served.store.task_state(LOAD)
+    state.set("offset", {"n": 999, "extra": [1]})
+    state.set("offset", {"extra": [1], "n": 7})  # the same keys reordered: only n differs
+    page.goto(task_url(served))
+    page.get_by_role("button", name="History of offset").click()
+    panel = page.get_by_role("dialog", name="History of offset")
+    diff = panel.get_by_role("region", name=re.compile("Changes from version"))
+    # By default the newest against the one before it.
+    expect(diff.get_by_role("heading")).to_have_text("Changes from version 2 to version 3")
+    expect(diff.locator("del")).to_have_text(['-   "n": 999'])
+    expect(diff.locator("ins")).to_have_text(['+   "n": 7'])
+    expect(diff).to_contain_text("1 line removed (−), 1 added (+)")
+    # Any two, by keyboard: the From radio group moves down to version 1 with an arrow key.
+    panel.get_by_role("radio", name="Compare from version 2").focus()
+    page.keyboard.press("ArrowDown")
+    expect(panel.get_by_role("radio", name="Compare from version 1")).to_be_checked()
+    expect(diff.get_by_role("heading")).to_have_text("Changes from version 1 to version 3")
+    expect(diff.locator("del")).to_have_text(['-   "n": 42'])
+    expect(diff.locator("ins")).to_have_text(['+   "extra": [', "+     1", "+   ],", '+   "n": 7'])
+    panel.get_by_role("radio", name="Compare to version 1").check()
+    expect(diff).to_contain_text("The two values are the same.")
+    # A deletion reads as one line saying so.
+    state.delete("offset")
+    state.set("offset", 1)
+    page.reload()
+    page.get_by_role("button", name="History of offset").click()
+    expect(diff.locator("del")).to_have_text(["- (deleted: no value)"])
+    expect(diff.locator("ins")).to_have_text(["+ 1"])
+
+
+def test_restore_state_as_of_undoes_a_clear_after_a_preview(served: Served, page: Page) -> None:
+    seed(served)
+    load = served.store.task_state(LOAD)
+    for n in range(21):  # offset's first version falls out of the 20 kept
+        load.set("offset", {"n": n})
+    load.set("offset", {"n": 43})
+    good = math.ceil(time.time())  # a whole second after the seed: the input's precision
+    time.sleep(max(0.0, good - time.time()) + 0.05)
+    cli = {"kind": "api", "via": "cli", "user": "alice"}
+    served.store.task_state(LOAD, writer=cli).clear()  # the mistake
+    served.store.task_state(LOAD).set("fresh", 1)  # written since: the restore deletes it
+    page.goto(task_url(served))
+    expect(row(page, "fresh")).to_be_visible()
+    page.get_by_role("button", name="Restore state as of…").click()
+    dialog = page.get_by_role("dialog", name="Restore state as of…")
+    instant = dialog.get_by_label("Instant (UTC)")
+    expect(instant).to_be_focused()
+
+    instant.fill("yesterday")
+    dialog.get_by_role("button", name="Preview").click()
+    expect(dialog.get_by_role("alert")).to_contain_text("as YYYY-MM-DD HH:MM:SS (UTC)")
+    # An instant past what history still holds is a clear message, not a wrong restore.
+    instant.fill("2020-01-01T00:00:00")
+    dialog.get_by_role("button", name="Preview").click()
+    gone = "The history no longer reaches that instant"
+    expect(dialog.get_by_role("alert")).to_contain_text(gone)
+    expect(dialog.get_by_role("button", name="Restore…")).to_be_disabled()
+
+    # As the History panel writes times, so one can be pasted from it.
+    instant.fill(datetime.fromtimestamp(good, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC"))
+    dialog.get_by_role("button", name="Preview").click()
+    expect(dialog).to_contain_text(
+        "3 keys come back, 0 keys change back, 1 key is deleted, 0 unchanged."
+    )
+    changes = dialog.get_by_role("table")
+    expect(changes.locator("tr", has_text="fresh")).to_contain_text("deleted (created since)")
+    expect(changes.locator("tr", has_text="offset")).to_contain_text("comes back")
+    assert load.get("fresh") == 1  # the preview wrote nothing
+    dialog.get_by_role("button", name="Restore…").click()
+    confirm = page.get_by_role("alertdialog", name=re.compile("Restore the state of task load"))
+    expect(confirm.get_by_role("button", name="Cancel")).to_be_focused()
+    load.set("fresh", 2)  # a write after the preview: what it showed is no longer so
+    confirm.get_by_role("button", name="Restore state").click()
+    expect(page.get_by_role("alert")).to_contain_text("The state changed since the preview")
+    assert load.get("fresh") == 2 and load.get("offset") is None  # nothing restored
+
+    page.get_by_role("button", name="Restore state as of…").click()
+    instant.fill(datetime.fromtimestamp(good, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    dialog.get_by_role("button", name="Preview").click()
+    expect(changes.locator("tr", has_text="fresh")).to_contain_text("deleted (created since)")
+    dialog.get_by_role("button", name="Restore…").click()
+    confirm.get_by_role("button", name="Restore state").click()
+    done = re.compile(r"^Restored 3 keys of task load as of ")
+    expect(page.get_by_role("status")).to_have_text(done)
+    assert dict(load.items()) == {"offset": {"n": 43}, "big": {"rows": list(range(200))},
+                                  "job": {"id": "j-1"}}  # fmt: skip
+    ui = {"kind": "api", "via": "ui", "subject": "anonymous"}
+    assert load.history("job", 1)[0].updated_by == ui
+    expect(row(page, "job")).to_be_visible()
+
+    # Every map index at once, from the "All map indices" view: nothing changed since then.
+    page.goto(task_url(served, "mapped", "all"))
+    page.get_by_role("button", name="Restore state as of…").click()
+    instant.fill(datetime.fromtimestamp(good, timezone.utc).strftime("%Y-%m-%d %H:%M:%S"))
+    dialog.get_by_role("button", name="Preview").click()
+    expect(dialog).to_contain_text("0 keys are deleted, 3 unchanged.")
+    expect(changes.locator("tbody tr").first).to_contain_text("0part")  # map index, key
+    expect(dialog.get_by_role("button", name="Restore…")).to_be_disabled()
+
+
 def test_read_only_users_see_history_but_no_restore(secured: Served, page: Page) -> None:
     seed(secured)
     secured.store.task_state(LOAD).set("offset", {"n": 43})
@@ -501,6 +604,20 @@ def test_read_only_users_see_history_but_no_restore(secured: Served, page: Page)
     expect(panel.get_by_role("button", name="Restore", exact=False)).to_have_count(0)
     panel.get_by_role("button", name="Close").click()
     expect(panel).to_be_hidden()
+    # Nor the task instance's restore as of: the page says why, and the server refuses it.
+    expect(page.get_by_role("button", name="Restore state as of…")).to_have_count(0)
+    expect(page.get_by_text("not change or restore it")).to_be_visible()
+    status = page.evaluate(
+        """async () => {
+            const url = "../api/v2/dags/etl/dagRuns/run1/taskInstances/load/taskstate-history";
+            const response = await fetch(url, {method: "POST", headers: {
+                Authorization: `Bearer ${sessionStorage.getItem("taskstate.token")}`,
+                "Content-Type": "application/json"}, body: '{"as_of": "2026-01-01T00:00:00Z"}'});
+            return response.status;
+        }"""
+    )
+    assert status == 403
+    assert secured.store.task_state(LOAD).get("offset") == {"n": 43}
 
 
 def test_dag_search_asks_the_server_for_one_page_at_a_time(served: Served, page: Page) -> None:

@@ -149,6 +149,26 @@ class RestoreTaskResult(BaseModel):
     restored: int = Field(description="Keys live at as_of, now live again.")
 
 
+class KeyChange(BaseModel):
+    """One key a task-instance restore would change: its value at `as_of` and now."""
+
+    map_index: int
+    key: str
+    then: Any = Field(description="The value at as_of; null: none (the restore deletes it).")
+    now: Any = Field(description="The value now; null: none.")
+
+
+class RestoreTaskPreview(BaseModel):
+    """`GET .../taskstate-history?as_of=`: what `POST` with that instant would change, written
+    nowhere (the state pages show it before the person confirms)."""
+
+    as_of: datetime
+    restored: int = Field(description="Keys live at as_of: what the restore would answer.")
+    changes: list[KeyChange] = Field(
+        description="Each key it would bring back or delete, by map index and key."
+    )
+
+
 class DagSummary(BaseModel):
     """A DAG that holds task state, with its number of live keys."""
 

@@ -223,7 +223,9 @@ _TASK_ROUTES = {
 _ASSET_ROUTES = {b"state-store": "asset", b"taskstate-history": "asset_history"}
 _ASSET_KINDS = frozenset(_ASSET_ROUTES.values())
 # The collection routes that may address every map index at once (`all_map_indices=true`).
-_ALL_MAP_INDICES = frozenset({("task", "DELETE"), ("task_history", "POST")})
+_ALL_MAP_INDICES = frozenset(
+    {("task", "DELETE"), ("task_history", "POST"), ("task_history", "GET")}
+)
 
 
 # The discovery listings under a dag or run id are FastAPI routes: their ids are read from the
@@ -775,6 +777,31 @@ async def _restore_task(
     return _json({"restored": count})
 
 
+async def _restore_preview(
+    ctx: AppContext, request: Request, principal: Principal, a: Address
+) -> Answer:
+    """What `_restore_task` with `?as_of=` would change (`restore_task_preview`), writing
+    nothing: a read, so a read-only token may ask."""
+    scope = a.scope
+    assert isinstance(scope, TaskScope)
+    raw = a.query.get(AS_OF)
+    if raw is None:
+        _unprocessable(("query", AS_OF), "as_of is required: the instant to restore, with offset")
+    when = parse_instant(raw)
+    index = None if a.all_map_indices else scope.map_index
+    changes = await call_store(
+        ctx,
+        lambda: ctx.store.restore_task_preview(
+            scope.dag_id, scope.run_id, scope.task_id, as_of=when, map_index=index
+        ),
+    )
+    return _json({
+        AS_OF: iso(when.timestamp()),
+        "restored": sum(1 for c in changes if c.then is not None),
+        "changes": [c._asdict() for c in changes],
+    })  # fmt: skip
+
+
 class MetaBody(models._Body):
     """PUT on a task instance's marker: its value (extra fields refused)."""
 
@@ -824,6 +851,7 @@ _HANDLERS: dict[tuple[str, bool, str], Handler] = {
     ("meta", False, "DELETE"): _clear_markers,
     ("meta", True, "GET"): _get_marker,
     ("meta", True, "PUT"): _put_marker,
+    ("task_history", False, "GET"): _restore_preview,
     ("task_history", False, "POST"): _restore_task,
     ("task_history", True, "GET"): _history,
     ("task_history", True, "POST"): _restore,
@@ -846,6 +874,7 @@ _NAMES: dict[tuple[str, bool, str], str] = {
     ("meta", False, "DELETE"): "clear_markers",
     ("meta", True, "GET"): "get_marker",
     ("meta", True, "PUT"): "set_marker",
+    ("task_history", False, "GET"): "preview_restore_task_state",
     ("task_history", False, "POST"): "restore_task_state",
     ("task_history", True, "GET"): "task_state_history",
     ("task_history", True, "POST"): "restore_task_key",
@@ -957,6 +986,11 @@ def document(schema: dict[str, Any], *, by_id: bool) -> None:
     history = _history_operations(components, key, if_match)
     tag = "State History"
     schema["paths"][_TASK + "/taskstate-history"] = {
+        "get": _operation(tag, "Preview restoring task state as of", [*task, _param(
+            "all_map_indices", "query", {"type": "boolean", "default": False}), _param(
+            AS_OF, "query", {"type": "string", "format": "date-time"},
+            "The instant to restore, with its offset.") | {"required": True}],
+            {**entry(models.RestoreTaskPreview), "410": history["410"]}),
         "post": _operation(tag, "Restore task state as of", [*task, _param(
             "all_map_indices", "query", {"type": "boolean", "default": False})],
             {**entry(models.RestoreTaskResult), "410": history["410"]},

@@ -687,6 +687,19 @@ class HttpBackend(StateBackend):
         request = Request("POST", path, params, body, idempotent=False)
         return int(self.http.send(request).json()[wire.RESTORED])
 
+    def restore_task_preview(
+        self, dag_id: str, run_id: str, task_id: str, as_of: datetime, map_index: int | None
+    ) -> list[tuple[int, str, Any, Any]]:
+        """`StateStore.restore_task_preview` over HTTP: (map index, key, then, now) per key."""
+        scope = TaskScope(dag_id, run_id, task_id, -1 if map_index is None else map_index)
+        params: dict[str, Any] = (
+            {wire.ALL_MAP_INDICES: "true"} if map_index is None else {wire.MAP_INDEX: map_index}
+        )
+        params[wire.AS_OF] = wire.instant_text(as_of)
+        path = wire.task_path(scope, wire.TASK_HISTORY)
+        found = self.http.send(Request("GET", path, params)).json()[wire.CHANGES]
+        return [(c[wire.MAP_INDEX], c[wire.KEY], c[wire.THEN], c[wire.NOW]) for c in found]
+
     def schema_status(self) -> SchemaStatus:
         """Reachable and serving: the server's store keeps its own schema current. Asked once,
         not retried: `db check` and `doctor` report the server as it is now (a 503 from an

@@ -247,7 +247,7 @@ RULES: dict[str, Rule] = _table(
         "A worker killed while this operator waits leaves its job running, and the retry starts "
         "another one (a second dbt build, Batch job, query...). taskstate.providers has the same "
         "operator, same arguments and result, on ResumableJobMixin: the retry reconnects to the "
-        "job instead (blocking mode; see docs/providers.md).",
+        "job instead (blocking and deferrable mode; see docs/providers.md).",
         Advice.NONE,
     ),
     # --- TS5xx: state store calls --------------------------------------------------------------

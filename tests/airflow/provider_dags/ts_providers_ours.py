@@ -12,17 +12,25 @@ of dbt Cloud and Airbyte (tests/job_services.py). Try 1 of each task is faulted 
   elsewhere would: `verify_job` must refuse it, and the task runs its own job.
 
 The fault is a SIGKILL of the task process under a scheduler, an exception under `dags test`:
-TS_PROVIDER_FAULT = kill | raise | none. DAGs: `ts_providers_ours` (every operator at every
-point), `ts_providers_ours_kills` (the three kill points), `ts_providers_ours_window` (every
-operator at `in_window`), `ts_providers_ours_window_pair` (ECS and Airbyte at `in_window`) and
-`ts_providers_ours_deferrable` (every operator at `before_defer`); with TS_PROVIDERS_UPSTREAM
-set, another, `ts_providers_upstream`,
-runs the providers' own classes with the same faults. Where the services are: the run's conf,
-else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`, `ca`, `out`), applied
-to the task process's environment (connections, the fake's CA bundle) before the operator runs.
+TS_PROVIDER_FAULT = kill | raise | none. DAGs: `ts_providers_ours_each_point` (every kill point,
+each operator once: 3.2's scheduler), `ts_providers_ours_sequential` (every kill point, one
+operator of each provider package: 2.10's sequential executor), `ts_providers_ours_dags_test`
+(every operator at every point but `while_polling`, which Batch has: `dags test` on 3.3) and
+`ts_providers_ours_kills` (every
+operator at the three kill points: the bench); with TS_PROVIDERS_UPSTREAM set, another,
+`ts_providers_upstream`, runs the providers' own classes at the kill points. Where the services
+are: the run's conf, else the TS_SERVICES environment variable (JSON: `aws`, `dbt`, `airbyte`,
+`ca`, `out`, `released`), applied to the task process's environment (connections, the fake's
+CA bundle) before the operator runs.
+
 Each job names its logical job (`<run_id>|<task_id>`) in what the service records: the query,
 the Batch job's parameters, the ECS container's environment, the dbt run's cause, the Airbyte
-connection id. Each finished try writes a report to `<out>/<task_id>.json`.
+connection id. With `released` (a file), the services hold each job RUNNING until its logical
+job is listed there, and a task lists its own only when the try that waits for it begins to
+wait (polling, or deferring): so every faulted try sees its job running and every retry takes
+its decision on a running job, however long the tries take. Each try appends the decision it
+took to `<out>/<task_id>.decisions` (`<try> <action>[ recovered]`); each finished try writes a
+report to `<out>/<task_id>.json`.
 """
 
 from __future__ import annotations
@@ -54,7 +62,25 @@ except ImportError:  # Airflow 2
 KILLS = ("in_window", "after_persist", "while_polling")
 POINTS = (*KILLS, "before_defer", "foreign_id")
 OPERATORS = ("athena", "batch", "ecs", "dbt_cloud", "airbyte")
-ALL_TASKS = [f"{op}_{point}" for op in OPERATORS for point in (*KILLS, "foreign_id")]
+# Each operator at one kill point, the three points among them: Athena while polling, Batch
+# after the id is saved, ECS, dbt Cloud and Airbyte inside the window (their `find_job`).
+EACH_POINT = [
+    f"{op}_{point}"
+    for op, point in zip(
+        OPERATORS, ("while_polling", "after_persist", *["in_window"] * 3), strict=True
+    )
+]
+# The three provider packages once each, at a kill point each, with the code their 2.10
+# releases differ in most: Airbyte's `find_job` (the airbyte_api client), ECS's waiter, dbt
+# Cloud's run status.
+SEQUENTIAL = ["airbyte_in_window", "ecs_while_polling", "dbt_cloud_after_persist"]
+# A retry after `while_polling` takes the same path as after `after_persist` (reconnect to the
+# saved id): every operator at `after_persist`, and Batch at both.
+DAGS_TEST = [
+    f"{op}_{point}"
+    for op in OPERATORS
+    for point in ("in_window", "after_persist", "before_defer", "foreign_id")
+] + ["batch_while_polling"]
 FOREIGN_TOKEN = "ts-" + "f" * 40
 
 
@@ -79,6 +105,15 @@ def _services(context: Any) -> dict[str, str]:
     os.environ["REQUESTS_CA_BUNDLE"] = services["ca"]
     os.environ["SSL_CERT_FILE"] = services["ca"]  # aiohttp (dbt Cloud's trigger) reads this one
     return services
+
+
+def _release(context: Any) -> None:
+    """Let this task's job end (the services hold it RUNNING until then, when told to)."""
+    services = _services(context)
+    if services.get("released"):
+        ti = context["ti"]
+        with open(services["released"], "a") as f:
+            f.write(f"{ti.run_id}|{ti.task_id}\n")
 
 
 def _fault(context: Any) -> None:
@@ -123,18 +158,28 @@ class _Faulted:
             _fault(context)
         return external_id
 
+    def resume_decision(self, context: Any) -> Any:
+        decision = super().resume_decision(context)  # type: ignore[misc]
+        ti = context["ti"]
+        recovered = " recovered" if decision.recovered else ""
+        line = f"{int(ti.try_number)} {decision.action.value}{recovered}\n"
+        with (Path(_services(context)["out"]) / f"{ti.task_id}.decisions").open("a") as f:
+            f.write(line)
+        return decision
+
     def poll_until_complete(self, external_id: Any, context: Any) -> None:
         if self.fault_at == "after_persist":
             _fault(context)
-        elif self.fault_at == "while_polling":
+        elif self.fault_at == "while_polling" and int(context["ti"].try_number) == 1:
             self.get_job_status(external_id, context)  # type: ignore[attr-defined]
-            time.sleep(1)
             _fault(context)
+        _release(context)
         super().poll_until_complete(external_id, context)  # type: ignore[misc]
 
     def defer_job(self, external_id: Any, context: Any) -> Any:
         if self.fault_at == "before_defer":
             _fault(context)
+        _release(context)
         return super().defer_job(external_id, context)  # type: ignore[misc]
 
     def execute_complete(self, context: Any, event: Any = None, **kwargs: Any) -> Any:
@@ -333,7 +378,7 @@ OURS = {
 }
 
 
-def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any], chained: bool = False) -> None:
+def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any]) -> None:
     with DAG(
         dag_id,
         schedule=None,
@@ -341,25 +386,20 @@ def _dag(dag_id: str, tasks: list[str], classes: dict[str, Any], chained: bool =
         catchup=False,
         default_args={"retries": 1, "retry_delay": timedelta(seconds=0)},
     ):
-        previous = None
         for name in tasks:
             point = next(p for p in POINTS if name.endswith("_" + p))
-            task = _task(name[: -len(point) - 1], point, classes)
-            if chained and previous is not None:
-                previous >> task  # one at a time: each try 2 follows its own try 1 at once
-            previous = task
+            _task(name[: -len(point) - 1], point, classes)
 
 
-# Every operator at every point; and the window alone (the smaller run for a sequential executor).
-_dag("ts_providers_ours", ALL_TASKS, OURS)
 _dag("ts_providers_ours_kills", [f"{op}_{p}" for op in OPERATORS for p in KILLS], OURS)
-_dag("ts_providers_ours_window", [f"{op}_in_window" for op in OPERATORS], OURS)
-# Two operators inside the window, one of each of Airflow 2.10's older provider releases that
-# differ most (amazon 9.17.0's ECS, airbyte 5.2.5): a sequential executor runs one try at a time.
-_dag("ts_providers_ours_window_pair", ["ecs_in_window", "airbyte_in_window"], OURS)
-# `dags test` runs a trigger inline, to its end, before any other task: one operator at a time,
-# so each job is still running when its own try 2 defers on it.
-_dag("ts_providers_ours_deferrable", [f"{op}_before_defer" for op in OPERATORS], OURS, True)
+# Under a scheduler (SIGKILL, a task process per try): every kill point, each operator once;
+# under a sequential executor (one try at a time, ~7 s each on Airflow 2.10 idle), three tasks.
+_dag("ts_providers_ours_each_point", EACH_POINT, OURS)
+_dag("ts_providers_ours_sequential", SEQUENTIAL, OURS)
+# `dags test` (every try in the command's process, the fault an exception, a try costs little):
+# every operator at each point, deferrable mode included (the command runs each trigger inline;
+# a held job ends once its task defers on it).
+_dag("ts_providers_ours_dags_test", DAGS_TEST, OURS)
 if os.environ.get("TS_PROVIDERS_UPSTREAM"):  # the bench's baseline: the providers' own classes
     _dag(
         "ts_providers_upstream",

@@ -381,15 +381,113 @@
 
   // -- history (docs/history.md) ------------------------------------------------------------
 
+  // -- diff of two versions -------------------------------------------------------------
+
+  // A value as lines for a diff: JSON, two-space indented, object keys sorted (so a reordered
+  // object reads as unchanged); a deletion is one line saying so.
+  function diffLines(value) {
+    if (value === null) return ["(deleted: no value)"];
+    const sorted = (v) => {
+      if (Array.isArray(v)) return v.map(sorted);
+      if (v && typeof v === "object") return Object.fromEntries(Object.keys(v).sort().map((k) => [k, sorted(v[k])]));
+      return v;
+    };
+    return JSON.stringify(sorted(value), null, 2).split("\n");
+  }
+
+  // The line diff of `a` into `b`: [kind, line] with kind " " (both), "-" (only in a) or "+"
+  // (only in b). Longest common subsequence between the common head and tail; past a million
+  // cells (two huge values) the middle is shown as all removed, then all added.
+  function lineDiff(a, b) {
+    let head = 0;
+    while (head < a.length && head < b.length && a[head] === b[head]) head += 1;
+    let tail = 0;
+    while (tail < a.length - head && tail < b.length - head && a[a.length - 1 - tail] === b[b.length - 1 - tail]) tail += 1;
+    const x = a.slice(head, a.length - tail);
+    const y = b.slice(head, b.length - tail);
+    const middle = [];
+    if (x.length * y.length > 1e6) {
+      middle.push(...x.map((line) => ["-", line]), ...y.map((line) => ["+", line]));
+    } else {
+      const width = y.length + 1;
+      const common = new Uint32Array((x.length + 1) * width);
+      for (let i = x.length - 1; i >= 0; i -= 1) {
+        for (let j = y.length - 1; j >= 0; j -= 1) {
+          common[i * width + j] = x[i] === y[j] ? common[(i + 1) * width + j + 1] + 1
+            : Math.max(common[(i + 1) * width + j], common[i * width + j + 1]);
+        }
+      }
+      let i = 0;
+      let j = 0;
+      while (i < x.length || j < y.length) {
+        if (i < x.length && j < y.length && x[i] === y[j]) { middle.push([" ", x[i]]); i += 1; j += 1; }
+        // On a tie the removal goes first, so a changed line reads "-" old, then "+" new.
+        else if (i < x.length && (j === y.length || common[(i + 1) * width + j] >= common[i * width + j + 1])) { middle.push(["-", x[i]]); i += 1; }
+        else { middle.push(["+", y[j]]); j += 1; }
+      }
+    }
+    return [...a.slice(0, head).map((line) => [" ", line]), ...middle, ...a.slice(a.length - tail).map((line) => [" ", line])];
+  }
+
+  const CONTEXT = 3; // unchanged lines kept around each change; longer runs fold
+
+  // The diff as text a person reads without colour: each line starts with "-" (removed), "+"
+  // (added) or a space, removed lines are <del> and added ones <ins> (read out as such), and
+  // long unchanged runs fold into "… N unchanged lines".
+  function diffView(older, newer) {
+    const lines = lineDiff(diffLines(older.value), diffLines(newer.value));
+    const removed = lines.filter(([kind]) => kind === "-").length;
+    const added = lines.filter(([kind]) => kind === "+").length;
+    const near = lines.map((_, i) => lines.slice(Math.max(0, i - CONTEXT), i + CONTEXT + 1).some(([kind]) => kind !== " "));
+    const out = [];
+    for (let i = 0; i < lines.length;) {
+      if (!near[i]) {
+        let j = i;
+        while (j < lines.length && !near[j]) j += 1;
+        out.push(h("span", { class: "ts-diff-fold" }, `  … ${j - i} unchanged ${j - i === 1 ? "line" : "lines"}\n`));
+        i = j;
+        continue;
+      }
+      const [kind, line] = lines[i];
+      const text = `${kind} ${line}\n`;
+      out.push(kind === "-" ? h("del", {}, text) : kind === "+" ? h("ins", {}, text) : h("span", {}, text));
+      i += 1;
+    }
+    const summary = removed || added
+      ? `${removed} ${removed === 1 ? "line" : "lines"} removed (−), ${added} added (+)`
+      : "The two values are the same.";
+    return [h("p", { class: "ts-meta", id: "ts-diff-summary" }, summary),
+      removed || added ? h("pre", { class: "ts-diff", tabindex: "0", "aria-describedby": "ts-diff-summary" }, out) : null];
+  }
+
   // A key's kept versions, newest first: who, when, which operation, the value. Resolves the
   // version the person picked to restore (null: closed). `mayRestore`: a Restore button on each
-  // version but the newest (what the key holds now).
+  // version but the newest (what the key holds now). With two versions or more, a From and a
+  // To radio button on each row pick any two to compare; the diff below follows the choice.
   async function historyDialog(key, path, query, mayRestore) {
     const versions = (await getJson(path, query)).versions;
     return new Promise((resolve) => {
       let picked = null;
-      const columns = ["Version", "Operation", "Value", "Updated at", "Updated by", ...(mayRestore ? [""] : [])];
+      const compare = versions.length > 1;
+      let from = compare ? 1 : 0;
+      let to = 0;
+      const diff = h("section", { class: "ts-diff-box", "aria-labelledby": "ts-diff-title" });
+      // Announced on each pick, briefly: the whole diff stays readable below it.
+      const told = h("p", { class: "ts-visually-hidden", "aria-live": "polite" });
+      const showDiff = () => {
+        const [older, newer] = [versions[from], versions[to]];
+        const title = `Changes from version ${older.version} to version ${newer.version}`;
+        const shown = diffView(older, newer);
+        diff.replaceChildren(h("h3", { id: "ts-diff-title" }, title), ...shown);
+        told.textContent = `${title}: ${shown[0].textContent}`;
+      };
+      const radio = (name, i, label) => h("input", {
+        type: "radio", name, value: String(i), checked: (name === "ts-from" ? from : to) === i, "aria-label": label,
+        onchange: () => { if (name === "ts-from") from = i; else to = i; showDiff(); },
+      });
+      const columns = [...(compare ? ["From", "To"] : []), "Version", "Operation", "Value", "Updated at", "Updated by", ...(mayRestore ? [""] : [])];
       const rows = versions.map((v, i) => [
+        ...(compare ? [radio("ts-from", i, `Compare from version ${v.version}`), radio("ts-to", i, `Compare to version ${v.version}`)] : []),
         String(v.version), v.op,
         v.value === null ? h("span", { class: "ts-empty" }, "(deleted)") : valueCell(v.value),
         cell("ts-when", when(v.updated_at)), writer(v.updated_by),
@@ -399,7 +497,9 @@
         versions.length
           ? table(`Versions of ${key}, newest first`, columns, rows)
           : h("p", { class: "ts-empty" }, "No versions are kept for this key (history is off, or it was written before history was on)."),
+        compare ? [told, diff] : null,
         h("div", { class: "ts-buttons" }, h("button", { type: "button", onclick: () => dialog.close("close") }, "Close")));
+      if (compare) showDiff();
       dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "restore" ? picked : null); });
       root.append(dialog);
       dialog.showModal();
@@ -425,6 +525,96 @@
     if (problem === KEPT) return `Kept the newer value of ${entry.key}.`;
     if (problem) throw new Error(problem);
     return `Restored ${entry.key} to version ${picked.version}.`;
+  }
+
+  const count = (n, noun) => `${n} ${noun}${n === 1 ? "" : "s"}`;
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+
+  // The words for a refused restore as of: 410 is history that no longer reaches that far.
+  function restoreProblem(status_, text) {
+    if (status_ === 410) return `The history no longer reaches that instant (older versions were pruned, or history is off): pick a later instant. ${text}`;
+    return text;
+  }
+
+  // The typed instant as an ISO one, null when it is not one: "2026-12-01 03:00[:00]" (or with
+  // a T) in the zone the Times switch shows (UTC unless the person picked the browser's); a
+  // trailing " UTC" (as the page writes times, so one can be pasted from the History panel),
+  // "Z" or "+02:00" names the zone itself.
+  function typedInstant(typed) {
+    const found = /^(\d{4}-\d\d-\d\d)[T ](\d\d:\d\d(?::\d\d(?:\.\d+)?)?)\s*(UTC|Z|[+-]\d\d:\d\d)?$/i.exec(typed.trim());
+    if (!found) return null;
+    const [, day, clock, zone] = found;
+    const named = zone ? (/^(utc|z)$/i.test(zone) ? "Z" : zone) : local() ? "" : "Z";
+    const date = new Date(`${day}T${clock}${named}`); // no zone: the browser's (ECMAScript)
+    return Number.isNaN(date.getTime()) ? null : date.toISOString();
+  }
+
+  // An instant as the input shows it: "2026-12-01 03:00:00" in the zone the Times switch shows.
+  function inputText(date) {
+    const shifted = local() ? new Date(date.getTime() - date.getTimezoneOffset() * 60000) : date;
+    return shifted.toISOString().slice(0, 19).replace("T", " ");
+  }
+
+  // Pick the instant to restore `what` to and preview it. Resolves { instant, preview } when
+  // the person asks to restore what the preview shows, null when they close it.
+  function restoreAsOfDialog(what, path, query, all) {
+    return new Promise((resolve) => {
+      const zone = local() ? `local time, ${Intl.DateTimeFormat().resolvedOptions().timeZone}` : "UTC";
+      const input = h("input", { id: "ts-as-of", type: "text", inputmode: "numeric", autocomplete: "off", spellcheck: "false", required: true, value: inputText(new Date()), "aria-describedby": "ts-as-of-help", size: "22" });
+      const error = h("p", { class: "ts-error", role: "alert" });
+      const result = h("div", { class: "ts-preview" });
+      const told = h("p", { class: "ts-visually-hidden", "aria-live": "polite" }); // the summary, announced
+      const restore = h("button", { type: "button", class: "ts-danger", disabled: true, onclick: () => dialog.close("restore") }, "Restore…");
+      let shown = null; // { instant, preview } the result shows
+      const stale = () => { shown = null; restore.disabled = true; result.replaceChildren(); told.textContent = ""; };
+      input.addEventListener("input", stale);
+      const form = h("form", { novalidate: true, onsubmit: async (event) => {
+        event.preventDefault();
+        stale();
+        error.textContent = "";
+        const instant = typedInstant(input.value);
+        if (!instant) { error.textContent = `Enter a date and a time as YYYY-MM-DD HH:MM:SS (${zone}), e.g. ${inputText(new Date())}.`; input.setAttribute("aria-invalid", "true"); input.focus(); return; }
+        input.removeAttribute("aria-invalid");
+        if (new Date(instant) > new Date()) { error.textContent = "That instant is in the future: pick one in the past."; input.focus(); return; }
+        let preview;
+        try {
+          const response = await call("GET", path, { query: { ...query, as_of: instant }, cache: "no-store" });
+          if (!response.ok) { error.textContent = restoreProblem(response.status, await message(response)); return; }
+          preview = await response.json();
+        } catch (exc) { error.textContent = exc.message; return; }
+        const back = preview.changes.filter((c) => c.then !== null && c.now === null);
+        const changed = preview.changes.filter((c) => c.then !== null && c.now !== null && !same(c.then, c.now));
+        const gone = preview.changes.filter((c) => c.then === null);
+        const kept = preview.restored - back.length - changed.length;
+        const happens = (c) => (c.then === null ? "deleted (created since)" : c.now === null ? "comes back" : same(c.then, c.now) ? "unchanged" : "changed back");
+        const shownValue = (v) => (v === null ? h("span", { class: "ts-empty" }, "(none)") : valueCell(v));
+        const heading = `As of ${timeText(instant)}: ${count(back.length, "key")} come${back.length === 1 ? "s" : ""} back, ${count(changed.length, "key")} change${changed.length === 1 ? "s" : ""} back, ${count(gone.length, "key")} ${gone.length === 1 ? "is" : "are"} deleted, ${kept} unchanged.`;
+        result.replaceChildren(
+          h("p", { id: "ts-preview-summary" }, heading),
+          preview.changes.length
+            ? table(`What restoring as of ${timeText(instant)} changes`, [...(all ? ["Map index"] : []), "Key", "What happens", "Value now", "Value then"],
+              preview.changes.map((c) => [...(all ? [c.map_index] : []), cell("ts-key", c.key), happens(c), shownValue(c.now), shownValue(c.then)]))
+            : h("p", { class: "ts-empty" }, "It held no state then, and holds none now that history knows of: nothing to restore."));
+        told.textContent = heading;
+        shown = { instant, preview };
+        restore.disabled = !(back.length || changed.length || gone.length);
+        if (!restore.disabled) restore.focus();
+      } },
+      h("h2", { id: "ts-as-of-title" }, `Restore state as of…`),
+      h("p", { id: "ts-as-of-text" }, `Every key of ${what} gets back the value it held at the instant you pick, and keys created since are deleted: the undo of a clear. Nothing is written until you confirm.`),
+      h("div", { class: "ts-toolbar" },
+        h("label", { for: "ts-as-of" }, `Instant (${zone})`, input),
+        h("button", { type: "submit", class: "ts-primary" }, "Preview")),
+      h("p", { id: "ts-as-of-help", class: "ts-meta" }, `YYYY-MM-DD HH:MM:SS in ${zone} (the Times switch on top changes it; a time ending in UTC, Z or +02:00 says its own zone). A time from the History panel can be pasted.`),
+      error, told, result,
+      h("div", { class: "ts-buttons" },
+        h("button", { type: "button", onclick: () => dialog.close("cancel") }, "Cancel"), restore));
+      const dialog = h("dialog", { class: "ts-history", "aria-labelledby": "ts-as-of-title", "aria-describedby": "ts-as-of-text" }, form);
+      dialog.addEventListener("close", () => { dialog.remove(); resolve(dialog.returnValue === "restore" ? shown : null); });
+      root.append(dialog);
+      dialog.showModal();
+      input.focus();
+    });
   }
 
   // -- views -------------------------------------------------------------------------------
@@ -581,11 +771,13 @@
     const siblings = (await allTaskInstances(dagId, runId)).filter((ti) => ti.task_id === taskId).map((ti) => ti.map_index);
     const indices = all ? siblings : [Number(requested)];
     const mapped = siblings.some((i) => i >= 0) || indices.some((i) => i >= 0);
-    const [mayPut, mayDelete, mayClearAll] = await Promise.all([
+    const [mayPut, mayDelete, mayClearAll, mayRestoreAll] = await Promise.all([
       all ? false : allowed("PUT", scopeQuery),
       all ? false : allowed("DELETE", scopeQuery),
       mapped ? allowed("DELETE", { ...scopeQuery, map_index: "all" }) : false,
+      all ? allowed("PUT", scopeQuery) : false, // a restore is a write (the API authorises POST as PUT)
     ]);
+    const mayRestore = all ? mayRestoreAll : mayPut;
     let offset = Number(params.get("offset") || 0);
     let prefix = params.get("key_prefix") || "";
     const body = h("div", { id: "ts-entries" });
@@ -672,6 +864,33 @@
       offset = 0; await load(); say(everyIndex ? "Cleared every map index." : "Cleared.");
     }
 
+    // "Restore state as of…" (the undo of a clear): the person picks an instant, sees what
+    // would change (the preview route writes nothing), then confirms as for an edit. Every map
+    // index in the "all" view, else this one.
+    async function restoreAsOf() {
+      const what = all ? `every map index of task ${taskId}` : label(indices[0]);
+      const query = all ? { all_map_indices: "true" } : { map_index: indices[0] };
+      const picked = await restoreAsOfDialog(what, historyBase, query, all);
+      if (!picked) return;
+      const { instant, preview } = picked;
+      const back = preview.changes.filter((c) => c.then !== null && !same(c.then, c.now)).length;
+      const gone = preview.changes.filter((c) => c.then === null).length;
+      const ok = await confirmDialog(`Restore the state of ${what} as of ${timeText(instant)}?`,
+        `In run ${runId}, ${count(back, "key")} get back the value held then and ${count(gone, "key")} created since ${gone === 1 ? "is" : "are"} deleted; the next time the task runs it resumes from that state. The values held now stay in each key's history, so this can be undone the same way.`,
+        "Restore state");
+      if (!ok) return;
+      // The state may have moved since the preview: ask again, and restore only what was shown.
+      const again = await getJson(historyBase, { ...query, as_of: instant });
+      if (JSON.stringify(again.changes) !== JSON.stringify(preview.changes)) {
+        fail("The state changed since the preview: nothing was restored. Open Restore state as of… again to see the new preview.");
+        return;
+      }
+      const response = await call("POST", historyBase, { query, body: { as_of: instant } });
+      if (!response.ok) { fail(restoreProblem(response.status, await message(response))); return; }
+      const restored = (await response.json()).restored;
+      offset = 0; await load(); say(`Restored ${count(restored, "key")} of ${what} as of ${timeText(instant)}.`);
+    }
+
     const filter = keyFilter(prefix, (value) => { prefix = value; offset = 0; load().catch(report); });
     const picker = mapped ? h("label", { for: "ts-map-index" }, "Map index",
       h("select", { id: "ts-map-index", onchange: (event) => { location.search = href({ dag_id: dagId, run_id: runId, task_id: taskId, map_index: event.target.value }); } },
@@ -687,8 +906,9 @@
         h("span", { class: "ts-spacer" }),
         mayPut ? h("button", { type: "button", class: "ts-primary", onclick: () => edit(null) }, "Add key") : null,
         mayDelete ? h("button", { type: "button", class: "ts-link-danger", onclick: () => clear(false) }, "Clear task instance") : null,
-        mayClearAll ? h("button", { type: "button", class: "ts-link-danger", onclick: () => clear(true) }, "Clear all map indices") : null),
-      readOnly ? h("p", { class: "ts-readonly" }, "Read-only: you may see this state but not change it.") : null,
+        mayClearAll ? h("button", { type: "button", class: "ts-link-danger", onclick: () => clear(true) }, "Clear all map indices") : null,
+        mayRestore ? h("button", { type: "button", onclick: () => restoreAsOf().catch(report) }, "Restore state as of…") : null),
+      readOnly ? h("p", { class: "ts-readonly" }, "Read-only: you may see this state and its history but not change or restore it.") : null,
       all ? h("p", { class: "ts-readonly" }, "Pick one map index to change its state.") : null,
       status, alertBox, body);
     await load();
