@@ -25,6 +25,7 @@ from taskstate.airflow.worker import prepare_task_store
 from taskstate.errors import BackendError, ConfigError
 from taskstate.scope import TaskScope
 from taskstate.store import StateStore, task_writer
+from taskstate.writers import Writer
 
 _process_store: tuple[int, StateStore] | None = None
 
@@ -44,10 +45,10 @@ def task_scope(ti: Any) -> TaskScope:
     return TaskScope(ti.dag_id, ti.run_id, ti.task_id, map_index)
 
 
-def try_number(ti: Any) -> int | None:
-    """The try a task instance is running (what its writes record), None when it has none."""
+def ti_writer(ti: Any) -> Writer:
+    """What a task instance's own writes record: the task instance and the try it runs."""
     tried = getattr(ti, "try_number", None)
-    return None if tried is None else int(tried)
+    return task_writer(task_scope(ti), None if tried is None else int(tried))
 
 
 class StoreUnavailable:
@@ -88,9 +89,8 @@ class InjectState:
             store = process_store()
             prepare_task_store(context, store)
             ti = context["ti"]
-            scope = task_scope(ti)
-            writer = task_writer(scope, try_number(ti))  # its writes name this try
-            state = store.task_state(scope, writer=writer)
+            writer = ti_writer(ti)  # its writes name this try
+            state = store.task_state(task_scope(ti), writer=writer)
             reason = self._start_over_reason(store, state.scope, context)
             if reason is not None:
                 state.clear()
@@ -160,8 +160,7 @@ class ClearOnSuccess:
         if not store.settings.clear_on_success:
             return
         ti = context["ti"]
-        scope = task_scope(ti)
-        writer = task_writer(scope, try_number(ti))  # the clear's version names this try
+        scope, writer = task_scope(ti), ti_writer(ti)  # the clear's version names this try
         store.clear_task(
             scope.dag_id, scope.run_id, scope.task_id, map_index=scope.map_index, writer=writer
         )
