@@ -15,6 +15,7 @@ import pytest
 from taskstate import NEVER_EXPIRE, AssetScope, StateStore, TaskScope
 from taskstate.backends import sqlite as sqlite_backend
 from taskstate.settings import Settings
+from taskstate.writers import task_writer
 
 SCOPE = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 
@@ -462,18 +463,28 @@ def test_every_write_says_who_wrote_it(run, tmp_path: Path) -> None:  # type: ig
     store.task_state(task).set("by_task", 2)  # plain Python: the task itself
     ops = {"kind": "api", "subject": "ops"}
     store.task_state(task, writer=ops).set("by_ops", 3)
+    store.task_state(task, writer=task_writer(task, try_number=2)).set("by_try", 4)  # in Airflow
     entries = {(type(s).__name__, e.key): e for s, e in store.entries()}
     assert entries["TaskScope", "by_cli"].updated_by == person
     assert entries["AssetScope", "by_cli"].updated_by == person
     assert entries["TaskScope", "by_task"].updated_by == {
         "kind": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1
-    }  # fmt: skip
+    }  # fmt: skip  # no try_number: none is known outside Airflow
     assert entries["TaskScope", "by_ops"].updated_by == ops
+    assert entries["TaskScope", "by_try"].updated_by == {
+        "kind": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1,
+        "try_number": 2,
+    }  # fmt: skip
     listed = json.loads(run("task", "list", "--dag-id", "d", "-o", "json").stdout)
     assert {r["key"]: r["updated_by"] for r in listed}["by_cli"] == person
     table = run("task", "list", "--dag-id", "d", "-o", "plain").stdout.splitlines()
     by = {line.split()[3]: line.split(None, 7)[-1] for line in table[1:]}
-    assert by == {"by_cli": f"cli: {person['user']}", "by_ops": "api: ops", "by_task": "task"}
+    assert by == {"by_cli": f"cli: {person['user']}", "by_ops": "api: ops", "by_task": "task",
+                  "by_try": "task try 2"}  # fmt: skip
+    history = run("task", "history", "by_try", *SCOPE, "-o", "plain").stdout.splitlines()
+    assert "task try 2" in history[1], history
+    (line,) = [json.loads(x) for x in run("export").stdout.splitlines() if '"by_try"' in x]
+    assert line["updated_by"]["try_number"] == 2
 
     dump = run("export").stdout
     lines = [json.loads(line) for line in dump.splitlines()]

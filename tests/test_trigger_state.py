@@ -108,7 +108,11 @@ def test_a_recreated_trigger_resumes_from_the_stored_cursor(deployment: str) -> 
     event = asyncio.run(first_event(again))
     assert again.read == [3, 4] and event["pages"] == 5
     with StateStore(deployment, settings=Settings()) as store:
-        assert store.task_state(TaskScope("d", "r", "poll")).get("cursor") == 5
+        state = store.task_state(TaskScope("d", "r", "poll"))
+        assert state.get("cursor") == 5
+        # The trigger writes as the try that deferred to it (TI is try 2).
+        tries = {(v.updated_by or {}).get("try_number") for v in state.history("cursor")}
+        assert tries == {2}
 
 
 def test_state_calls_do_not_use_the_loops_default_executor(deployment: str) -> None:
@@ -189,7 +193,8 @@ def test_over_http_the_trigger_mints_a_token_for_its_try_and_older_tries_are_fen
     assert asyncio.run(first_event(current))["pages"] == 2
     served = http_deployment.task_state(TaskScope("d", "r", "poll"))
     assert served.get("cursor") == 2
-    writer = {"kind": "task", "dag_id": "d", "run_id": "r", "task_id": "poll", "map_index": -1}
+    writer = {"kind": "task", "dag_id": "d", "run_id": "r", "task_id": "poll", "map_index": -1,
+              "try_number": 2}  # the token's try: the server records it  # fmt: skip
     assert served.entry("cursor").updated_by == writer  # type: ignore[union-attr]
 
     stale = PagesTrigger("job-0", pages=9)  # a trigger left over from try 1

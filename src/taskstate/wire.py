@@ -90,7 +90,8 @@ DISCOVERY_FIELDS: Final = frozenset(
     | {DAG_ID_PATTERN}
 )
 WRITER_FIELDS: Final = frozenset(
-    {"kind", "dag_id", "run_id", "task_id", MAP_INDEX, "subject", "via", "user", WRITE_ID}
+    {"kind", "dag_id", "run_id", "task_id", MAP_INDEX, "try_number", "subject", "via", "user"}
+    | {WRITE_ID}
 )
 HEALTH_FIELDS: Final = frozenset({"status", "backend", "version"})
 FIELDS: Final = frozenset(

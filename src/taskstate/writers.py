@@ -5,8 +5,12 @@ same in Airflow's store and UI after `taskstate migrate-to-airflow`. A write tha
 from a task is `api`; `via` says which of taskstate's doors it came through, and `user` /
 `subject` who used it:
 
-- `{"kind": "task", "dag_id", "run_id", "task_id", "map_index"}`: a task's own write — the
-  default of a task accessor, inside Airflow and in plain Python (`writer=` says otherwise);
+- `{"kind": "task", "dag_id", "run_id", "task_id", "map_index", "try_number"}`: a task's own
+  write — the default of a task accessor, inside Airflow and in plain Python (`writer=` says
+  otherwise). `try_number` (Airflow's name) is the try that wrote, so a zombie try overwriting
+  a newer try's checkpoint shows in the history; it is left out where no try is known (plain
+  Python, and rows written before it was recorded) — never null. Airflow's own writer record
+  has no try: `migrate-to-airflow` drops it;
 - `{"kind": "api", "subject": ...}`: the HTTP API, as the caller's credentials name it;
 - `{"kind": "api", "via": "ui", "subject": ...}`: the same through the state pages (they say so
   with the `X-Taskstate-Via: ui` header; the subject still comes from the credentials);
@@ -32,15 +36,19 @@ Writer = dict[str, Any]
 KINDS: Final = ("task", "watcher", "api")  # Airflow's AssetStateStoreWriterKind
 
 
-def task_writer(scope: TaskScope) -> Writer:
-    """The writer identity of a task instance (what its own writes record)."""
-    return {
+def task_writer(scope: TaskScope, try_number: int | None = None) -> Writer:
+    """The writer identity of a task instance (what its own writes record): with the try that
+    writes when it is known (inside Airflow, a task-instance token), without it otherwise."""
+    writer: Writer = {
         "kind": "task",
         "dag_id": scope.dag_id,
         "run_id": scope.run_id,
         "task_id": scope.task_id,
         "map_index": scope.map_index,
     }
+    if try_number is not None:
+        writer["try_number"] = int(try_number)
+    return writer
 
 
 VIAS: Final = ("ui",)
@@ -74,13 +82,16 @@ def os_user() -> str:
 
 
 def describe(writer: Writer | None) -> str:
-    """A writer in a few words, for tables: "task", "cli: alice", "api: ops", "ui: ops",
-    "import: alice", "" when unknown."""
+    """A writer in a few words, for tables: "task", "task try 3", "cli: alice", "api: ops",
+    "ui: ops", "import: alice", "" when unknown."""
     if writer is None:
         return ""
     via, who = writer.get("via"), writer.get("user") or writer.get("subject")
     label = str(via or writer.get("kind", "?"))
-    return f"{label}: {who}" if who and label != "task" else label
+    if label == "task":
+        tried = writer.get("try_number")
+        return label if tried is None else f"task try {tried}"
+    return f"{label}: {who}" if who else label
 
 
 def writer_text(writer: Writer | None) -> str | None:

@@ -1,7 +1,8 @@
 """A client written against Airflow 3.3.2's public state-store API (its paths, bodies and
 status codes), run against Airflow 3.3.2 itself and against taskstate (`/taskstate` base
 path, a real uvicorn server): the answers must be the same. Airflow's response fields are
-compared (taskstate adds `last_updated_by` to task entries and `exact_total` to listings);
+compared (taskstate adds `last_updated_by` to task entries, `try_number` to a task writer's
+`last_updated_by` and `exact_total` to listings);
 timestamps by presence, 422s by `loc` (taskstate's `msg` is the Python accessor's message)."""
 
 from __future__ import annotations
@@ -162,7 +163,7 @@ def _airflows_fields(body: Any) -> Any:
 
 def _entry(entry: dict[str, Any]) -> dict[str, Any]:
     """Airflow's fields; timestamps by presence (the servers' clocks and rows differ); an asset
-    entry's writer by its kind (Airflow names no subject)."""
+    entry's writer by its kind (Airflow names no subject, nor a task writer's `try_number`)."""
     if "expires_at" not in entry:  # an asset entry
         return {
             "key": entry["key"],

@@ -89,7 +89,7 @@ def test_a_dag_run_and_http_see_each_others_state(deployment: Deployment, run_id
         assert body["value"] == {"run_id": run_id, "n": 42}
         assert body["last_updated_by"] == {
             "kind": "task", "dag_id": "ts_api", "run_id": run_id, "task_id": "writer",
-            "map_index": -1,
+            "map_index": -1, "try_number": 1,
         }  # fmt: skip
         seen = http.get(f"{task_url(run_id, 'reader')}/seen").json()
         assert seen["value"] == {"from": "http"}
@@ -212,6 +212,9 @@ def test_a_write_with_the_previous_trys_token_is_fenced_while_the_next_try_runs(
             assert time.monotonic() < deadline, f"try 2 never ran\n{deployment.log_tail()}"
             time.sleep(1)
         assert seen.json()["value"] == 2
+        held = {"kind": "task", "dag_id": "ts_fence", "run_id": run, "task_id": "held",
+                "map_index": -1, "try_number": 2}  # fmt: skip
+        assert seen.json()["last_updated_by"] == held  # the task's own write names its try
         stale = http.put(f"{url}/k", json={"value": "from try 1"}, headers=tokens[1])
         assert stale.status_code == 409, stale.text
         assert "this token is for try 1" in stale.json()["detail"], stale.text
@@ -228,6 +231,10 @@ def test_a_write_with_the_previous_trys_token_is_fenced_while_the_next_try_runs(
         assert (
             http.put(f"{url}/k", json={"value": "from try 2"}, headers=tokens[2]).status_code == 204
         )
+        assert http.get(f"{url}/k", headers=tokens[2]).json()["last_updated_by"] == held
+        history = url.replace("/state-store", "/taskstate-history") + "/k"
+        versions = http.get(history, headers=tokens[2]).json()["versions"]
+        assert [v["updated_by"] for v in versions] == [held]  # try 1's refused write: none
         assert (
             http.put(f"{url}/release", json={"value": True}, headers=tokens[2]).status_code == 204
         )

@@ -9,7 +9,7 @@ import sqlite3
 import pytest
 from tests.airflow.harness import DATE, AirflowHome
 
-from taskstate.scope import task_prefix
+from taskstate.scope import ASSET_PREFIX, TaskScope, task_prefix
 
 # The harness waits up to 600 s for each Airflow process; the re-run test starts six (`dags
 # test`, `tasks clear`, four `tasks test`): at a load of 50-80 they took over the suite's
@@ -40,6 +40,22 @@ def test_retries_share_state(airflow_home: AirflowHome) -> None:
     if not airflow_home.task_states("ts_inject", "retried"):
         airflow_home.dags_test("ts_inject")
     assert airflow_home.task_states("ts_inject", "retried")[-1]["tries"] == [1, 2, 3]
+    # Each try's write names that try, in the history and as the key's last writer.
+    with airflow_home.store() as store:
+        entries = list(store.entries(task_prefix("ts_inject")))
+        (scope,) = {s for s, e in entries if isinstance(s, TaskScope) and s.task_id == "retried"}
+        state = store.task_state(scope)
+        writers = [v.updated_by for v in state.history("tries")]
+        assert [w and w.get("try_number") for w in writers] == [3, 2, 1], writers
+        assert writers[0] == {
+            "kind": "task", "dag_id": "ts_inject", "run_id": scope.run_id, "task_id": "retried",
+            "map_index": -1, "try_number": 3,
+        }  # fmt: skip
+        assert state.entry("tries").updated_by == writers[0]  # type: ignore[union-attr]
+        # An asset a task wrote names that task's try (one_asset ran once: try 1).
+        assets = [e.updated_by or {} for _, e in store.entries(ASSET_PREFIX)]
+        ours = [w for w in assets if w.get("dag_id") == "ts_inject"]
+        assert len(ours) == 2 and all(w["try_number"] == 1 for w in ours), assets
 
 
 def test_map_indices_are_isolated(airflow_home: AirflowHome) -> None:
@@ -101,6 +117,15 @@ def test_clear_on_success(airflow_home: AirflowHome) -> None:
     )
     assert airflow_home.task_states("ts_clear_on_success", "succeeds") == {}
     assert airflow_home.task_states("ts_clear_on_success", "fails") == {-1: {"k": 1}}
+    with airflow_home.store() as store:  # the clear is the task's own write, by its try
+        (run_id,) = airflow_home.run_ids("ts_clear_on_success")
+        versions = store.task_state(TaskScope("ts_clear_on_success", run_id, "succeeds")).history(
+            "k"
+        )
+        assert [(v.op, (v.updated_by or {}).get("try_number")) for v in versions] == [
+            ("clear", 1),
+            ("set", 1),
+        ]
 
 
 def test_example_etl_with_checkpoint(airflow_home: AirflowHome) -> None:

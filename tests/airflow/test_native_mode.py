@@ -53,5 +53,7 @@ def test_taskstate_mode_injects_taskstate_accessors(
         }
         state = store.task_state(TaskScope("ts_mode", run_id, "atomic"))
         assert dict(state.items()) == {"n": 1, "owner": "me"}
+        writer = state.entry("n").updated_by  # type: ignore[union-attr]
+        assert writer is not None and writer["try_number"] == 1, writer  # 3.3 injection too
     status, detail = native_home.doctor(env=env)["state store in charge"]
     assert status == "ok" and "taskstate_mode = taskstate" in detail

@@ -178,3 +178,24 @@ def test_restore_task_preview_says_what_would_change_and_writes_nothing(
     assert api.get(HISTORY).status_code == 422  # no instant
     naive = api.get(HISTORY, params={"as_of": "2026-12-01T03:00:00"})
     assert naive.status_code == 422
+
+
+def test_a_task_instance_tokens_writes_name_its_try(served: Served) -> None:
+    """A zombie try 1 overwriting try 2's checkpoint shows: each write names the token's try,
+    in the history and in `last_updated_by` (over HTTP and in the store's own `Version`)."""
+    claims = {"dag_ids": ("d",), "run_id": "r", "task_id": "t", "map_index": -1}
+    with (
+        served.client(**claims, try_number=2) as try2,
+        served.client(**claims, try_number=1) as try1,
+    ):
+        assert try2.put(f"{STATE}/ckpt", json={"value": 20}).status_code == 204
+        assert try1.put(f"{STATE}/ckpt", json={"value": 10}).status_code == 204  # the zombie
+        task = {"kind": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": -1}
+        assert try1.get(f"{STATE}/ckpt").json()["last_updated_by"] == {**task, "try_number": 1}
+        versions = try2.get(f"{HISTORY}/ckpt").json()["versions"]
+    assert [(v["value"], v["updated_by"]) for v in versions] == [
+        (10, {**task, "try_number": 1}),
+        (20, {**task, "try_number": 2}),
+    ]
+    kept = served.store.task_state(SCOPE).history("ckpt")
+    assert [v.updated_by for v in kept] == [v["updated_by"] for v in versions]

@@ -868,7 +868,8 @@ def test_the_writer_is_named_by_the_credentials(tmp_path: Path) -> None:
             assert remote.task_state(scope).update("n", lambda n: n + 1, default=0) >= 1
         entries = {e.key: e.updated_by for e in database.task_state(scope).page().items}
     assert entries["by_task"] == {
-        "kind": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": 2
+        "kind": "task", "dag_id": "d", "run_id": "r", "task_id": "t", "map_index": 2,
+        "try_number": 1,  # the token's try
     }  # fmt: skip
     assert entries["by_pool"] == {"kind": "api", "subject": "pool-a"}
     write_id = entries["n"].pop("write_id")  # the pool's update: a conditional write

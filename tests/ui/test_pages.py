@@ -16,6 +16,7 @@ from tests.ui.conftest import Served
 
 from taskstate import NEVER_EXPIRE
 from taskstate.scope import AssetScope, TaskScope
+from taskstate.writers import task_writer
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -234,12 +235,12 @@ def test_mapped_task_pick_an_index_or_all_and_clear_every_index(served: Served, 
 
 def test_asset_view_shows_who_wrote_each_key_and_edits(served: Served, page: Page) -> None:
     seed(served)
-    writer = {"kind": "task", "dag_id": "etl", "run_id": "run1", "task_id": "load", "map_index": -1}
+    writer = task_writer(LOAD, try_number=3)
     served.store.asset_state(AssetScope(name="orders"), writer=writer).set("rows", 10)
     page.goto(served.ui)
     page.get_by_role("link", name="orders").click()
     expect(page.get_by_role("heading", name="Asset state: orders")).to_be_visible()
-    expect(row(page, "rows")).to_contain_text("task etl.load, run run1")
+    expect(row(page, "rows")).to_contain_text("task etl.load, run run1, try 3")
     expect(row(page, "watermark")).to_contain_text("unknown")
     page.get_by_role("button", name="Edit watermark").click()
     page.get_by_role("dialog").get_by_label("Value (JSON)").fill('"2026-02-01"')

@@ -95,8 +95,9 @@ def _print_report(report: Any, *, dry_run: bool, verify: bool) -> None:
         click.echo(f"  {line}")
     # Airflow's store keeps one value per key: history (docs/history.md) stays in taskstate.
     click.echo(
-        f"{verb} the current values only: Airflow's store keeps no history; taskstate's "
-        "history stays readable here (taskstate task history ...)"
+        f"{verb} the current values only: Airflow's store keeps no history (and its writer "
+        "record no try number); taskstate's history stays readable here (taskstate task "
+        "history ...)"
     )
     if report.intents:
         click.echo(

@@ -25,6 +25,7 @@ from taskstate.airflow.worker import prepare_task_store
 from taskstate.errors import BackendError, ConfigError
 from taskstate.scope import TaskScope
 from taskstate.store import StateStore, task_writer
+from taskstate.writers import Writer
 
 _process_store: tuple[int, StateStore] | None = None
 
@@ -42,6 +43,12 @@ def task_scope(ti: Any) -> TaskScope:
     """The scope of a task instance (a map index of None is -1: not mapped)."""
     map_index = ti.map_index if ti.map_index is not None else -1
     return TaskScope(ti.dag_id, ti.run_id, ti.task_id, map_index)
+
+
+def ti_writer(ti: Any) -> Writer:
+    """What a task instance's own writes record: the task instance and the try it runs."""
+    tried = getattr(ti, "try_number", None)
+    return task_writer(task_scope(ti), None if tried is None else int(tried))
 
 
 class StoreUnavailable:
@@ -81,7 +88,9 @@ class InjectState:
         try:
             store = process_store()
             prepare_task_store(context, store)
-            state = store.task_state(task_scope(context["ti"]))
+            ti = context["ti"]
+            writer = ti_writer(ti)  # its writes name this try
+            state = store.task_state(task_scope(ti), writer=writer)
             reason = self._start_over_reason(store, state.scope, context)
             if reason is not None:
                 state.clear()
@@ -89,7 +98,6 @@ class InjectState:
             context["task_state_store"] = state
             assets = [a for a in (*(task.inlets or ()), *(task.outlets or ())) if is_asset(a)]
             if assets:
-                writer = task_writer(state.scope)
                 context["asset_state_store"] = AssetStateStores(store, assets, writer)
         except Exception as exc:
             # Airflow logs and swallows callback errors; leave a stand-in that fails loudly
@@ -151,8 +159,11 @@ class ClearOnSuccess:
         store = process_store()
         if not store.settings.clear_on_success:
             return
-        scope = task_scope(context["ti"])
-        store.clear_task(scope.dag_id, scope.run_id, scope.task_id, map_index=scope.map_index)
+        ti = context["ti"]
+        scope, writer = task_scope(ti), ti_writer(ti)  # the clear's version names this try
+        store.clear_task(
+            scope.dag_id, scope.run_id, scope.task_id, map_index=scope.map_index, writer=writer
+        )
 
     def __repr__(self) -> str:
         return "taskstate.airflow.inject.ClearOnSuccess"

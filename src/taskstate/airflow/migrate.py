@@ -177,7 +177,8 @@ class AirflowStore:
             return
         record = getattr(self.backend, "set_asset_state_store", None)
         if record is not None and writer is not None and writer.get("kind") == "task":
-            # Airflow keeps who wrote an asset key; carry taskstate's record of it over.
+            # Airflow keeps who wrote an asset key; carry taskstate's record of it over (its
+            # columns have no try: a task writer's try_number is dropped, docs/upgrade.md).
             from airflow._shared.state import AssetStateStoreWriterKind
 
             record(

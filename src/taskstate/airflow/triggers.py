@@ -27,10 +27,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from taskstate.airflow.assets import AssetStateStores
-from taskstate.airflow.inject import process_store, task_scope
+from taskstate.airflow.inject import process_store, task_scope, ti_writer
 from taskstate.airflow.worker import TASK_TOKEN_LIFETIME, mint_token
 from taskstate.scope import AssetScope
-from taskstate.store import AssetStateStore, StateStore, TaskStateStore, task_writer
+from taskstate.store import AssetStateStore, StateStore, TaskStateStore
 
 
 class TriggerStateMixin:
@@ -52,8 +52,7 @@ class TriggerStateMixin:
                 f"{type(self).__name__} has no task instance: task_state_store exists in "
                 "triggers a task deferred to (an event trigger has asset_state_store only)"
             )
-        scope = task_scope(ti)
-        return self._trigger_store(ti).task_state(scope, writer=task_writer(scope))
+        return self._trigger_store(ti).task_state(task_scope(ti), writer=ti_writer(ti))
 
     @property
     def asset_state_store(self) -> AssetStateStores | AssetStateStore:
@@ -66,7 +65,7 @@ class TriggerStateMixin:
             )
         ti = getattr(self, "task_instance", None)
         store = self._trigger_store(ti)
-        writer = task_writer(task_scope(ti)) if ti is not None else None
+        writer = None if ti is None else ti_writer(ti)
         if len(names) == 1:
             return store.asset_state(AssetScope(name=names[0]), writer=writer)
         return AssetStateStores(store, [_Named(n) for n in names], writer)

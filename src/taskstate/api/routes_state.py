@@ -533,7 +533,7 @@ def _writer(principal: Principal, request: Request) -> dict[str, Any]:
     writer: dict[str, Any] = (
         api_writer(principal.subject, request.headers.get(VIA_HEADER))
         if instance is None
-        else task_writer(TaskScope(*instance))
+        else task_writer(TaskScope(*instance), principal.try_number)
     )
     write_id = _write_id(request)
     if write_id:

@@ -191,7 +191,9 @@
     if (!by) return h("span", { class: "ts-empty" }, "unknown");
     if (by.kind === "task") {
       const index = by.map_index !== null && by.map_index >= 0 ? ` [${by.map_index}]` : "";
-      return `task ${by.dag_id}.${by.task_id}${index}, run ${by.run_id}`;
+      // The try that wrote (absent on plain-Python writes and older rows), as describe() says.
+      const tried = by.try_number != null ? `, try ${by.try_number}` : "";
+      return `task ${by.dag_id}.${by.task_id}${index}, run ${by.run_id}${tried}`;
     }
     // As taskstate.writers.describe() words it: "ui: alice", "cli: bob", "api: ops".
     const who = by.user || by.subject || by.dag_id;
