@@ -443,7 +443,7 @@ def run(
                 with psycopg.connect(url, autocommit=True) as conn:
                     for version, index in pg._ONLINE.items():
                         if version >= first:
-                            conn.execute(f"DROP INDEX {index}")
+                            conn.execute(f"DROP INDEX IF EXISTS {index}")  # a DROP step: gone
                     conn.execute(f"DELETE FROM {pg.VERSION_TABLE} WHERE version >= {first}")
 
             backend = pg.PostgresBackend(url)
