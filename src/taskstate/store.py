@@ -435,12 +435,13 @@ class StateStore:
             if map_index is not None and namespace != prefix:
                 continue
             if version is None:
-                if self._versioned.first_version(namespace, key) not in (None, 1):
+                first = self._versioned.first_version(namespace, key)
+                if first not in (None, 1):
                     raise HistoryUnavailableError(
                         f"the version of {key!r} that covered {as_of.isoformat()} is no longer "
                         "kept; restore a later instant or keep more history"
                     )
-                if self._versioned.first_version(namespace, key) is None:
+                if first is None:
                     continue  # written before history was on: nothing known about `as_of`
                 deletes.append((namespace, key))
             elif version.value is None or not is_live(version.expires_at, at):
