@@ -350,11 +350,10 @@ class _Accessor:
         """`step` on `key` in one backend transaction, stamped `now` (default: the clock's)."""
         now = self._clock() if now is None else now
         stamp = Stamp(op, now, self._writer) if self._history else None
-        if write_id is not None and self._backend.records_writes:
-            return self._versioned.transact(self._ns, key, step, now, stamp, write_id=write_id)
-        if stamp is not None:
-            return self._versioned.transact(self._ns, key, step, now, stamp)
-        return self._backend.transact(self._ns, key, step, now)
+        ledger = write_id if self._backend.records_writes else None
+        if stamp is None and ledger is None:
+            return self._backend.transact(self._ns, key, step, now)
+        return self._versioned.transact(self._ns, key, step, now, stamp, write_id=ledger)
 
     def _stamp(self, op: str) -> Stamp | None:
         return Stamp(op, self._clock(), self._writer) if self._history else None
