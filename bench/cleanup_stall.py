@@ -34,7 +34,8 @@ from taskstate.cleanup import delete_expired, prune_versions
 from taskstate.settings import Settings
 
 VARIANTS: dict[str, Any] = {}
-TARGET_S = cleanup.BATCH_TARGET_S
+TARGET_S, PAUSE_FLOOR_S = cleanup.BATCH_TARGET_S, cleanup.PAUSE_FLOOR_S
+PRUNE: list[Any] = [prune_versions]  # what a run prunes with (a variant may swap it)
 
 
 def variant(name: str):  # type: ignore[no-untyped-def]
@@ -50,11 +51,27 @@ def _as_is(store: StateStore) -> None:
     cleanup.BATCH_TARGET_S = TARGET_S
 
 
-@variant("no checkpoint")
-def _no_checkpoint(store: StateStore) -> None:
-    """The writers' commits checkpoint the WAL (as before the cleaner did it in its pause)."""
+@variant("pause = batch")
+def _pause_as_batch(store: StateStore) -> None:
+    """The pause as long as the batch, with no floor (before `PAUSE_FLOOR_S`)."""
     cleanup.BATCH_TARGET_S = TARGET_S
-    store.backend.checkpoint = lambda: None  # type: ignore[method-assign]
+    cleanup.PAUSE_FLOOR_S = 0.0
+
+
+@variant("unpaced pruning")
+def _unpaced_pruning(store: StateStore) -> None:
+    """Pruning as before it was paced: the batch size asked for, batch after batch at once."""
+    cleanup.BATCH_TARGET_S = TARGET_S
+
+    def unpaced(backend: Any, *, keep: int, before: float | None, batch_size: int, **_: Any) -> int:
+        pruned, after = 0, None
+        while True:
+            n, after = backend.prune_versions(keep, before, batch_size, after)
+            pruned += n
+            if after is None:
+                return pruned
+
+    PRUNE[0] = unpaced
 
 
 @variant("20 ms batches")
@@ -85,15 +102,14 @@ def run_one(template: Path, scratch: Path, setup: Any, batch_size: int) -> dict[
         time.sleep(10.0)
         marks["alone end"] = time.time()
         with StateStore(url, settings=Settings()) as store:
+            PRUNE[0], cleanup.PAUSE_FLOOR_S = prune_versions, PAUSE_FLOOR_S
             setup(store)
             marks["expire"] = time.time()
             result = delete_expired(
                 store.backend, store.clock(), batch_size=batch_size, history=bool(store.history)
             )
             marks["prune"] = time.time()
-            pruned = prune_versions(
-                store.backend, keep=store.history, before=None, batch_size=batch_size
-            )
+            pruned = PRUNE[0](store.backend, keep=store.history, before=None, batch_size=batch_size)
             marks["end"] = time.time()
         time.sleep(0.5)
     finally:

@@ -265,11 +265,6 @@ class StateBackend(ABC):
     # for the writers queued behind one.
     store_write_lock: bool = False
 
-    def checkpoint(self) -> None:
-        """Between two cleanup batches, outside any transaction: write back what the batches
-        logged without waiting for anyone, so a writer's commit does not pay for it. Default:
-        nothing to do."""
-
     def prune_versions(
         self, keep: int, before: float | None, limit: int, after: tuple[str, str] | None = None
     ) -> tuple[int, tuple[str, str] | None]:

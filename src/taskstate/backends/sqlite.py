@@ -1005,13 +1005,6 @@ class SQLiteBackend(HistoryBackend):
         return deleted
 
     @_typed_errors
-    def checkpoint(self) -> None:
-        """As `StateBackend.checkpoint`: a passive WAL checkpoint. Otherwise the commit that
-        crosses `wal_autocheckpoint` pages copies the cleaner's pages back to the file and
-        syncs it: a writer's `set` paid for that (seconds on a loaded disk)."""
-        self._conn().execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-
-    @_typed_errors
     def forget_writes(self, before: float, limit: int) -> int:
         """As `StateBackend.forget_writes`: one bounded DELETE through the `written_at` index."""
         return int(self._conn().execute(_FORGET_WRITES, (before, limit)).rowcount)
