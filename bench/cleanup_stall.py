@@ -34,7 +34,7 @@ from taskstate.cleanup import delete_expired, prune_versions
 from taskstate.settings import Settings
 
 VARIANTS: dict[str, Any] = {}
-TARGET_S, PAUSE_FLOOR_S = cleanup.BATCH_TARGET_S, cleanup.PAUSE_FLOOR_S
+TARGET_S = cleanup.BATCH_TARGET_S
 PRUNE: list[Any] = [prune_versions]  # what a run prunes with (a variant may swap it)
 
 
@@ -49,13 +49,6 @@ def variant(name: str):  # type: ignore[no-untyped-def]
 @variant("as is")
 def _as_is(store: StateStore) -> None:
     cleanup.BATCH_TARGET_S = TARGET_S
-
-
-@variant("pause = batch")
-def _pause_as_batch(store: StateStore) -> None:
-    """The pause as long as the batch, with no floor (before `PAUSE_FLOOR_S`)."""
-    cleanup.BATCH_TARGET_S = TARGET_S
-    cleanup.PAUSE_FLOOR_S = 0.0
 
 
 @variant("unpaced pruning")
@@ -102,7 +95,7 @@ def run_one(template: Path, scratch: Path, setup: Any, batch_size: int) -> dict[
         time.sleep(10.0)
         marks["alone end"] = time.time()
         with StateStore(url, settings=Settings()) as store:
-            PRUNE[0], cleanup.PAUSE_FLOOR_S = prune_versions, PAUSE_FLOOR_S
+            PRUNE[0] = prune_versions
             setup(store)
             marks["expire"] = time.time()
             result = delete_expired(

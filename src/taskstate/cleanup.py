@@ -60,11 +60,6 @@ class CleanupResult:
 BATCH_TARGET_S = 0.05
 FIRST_BATCH = 1_000
 SMALLEST_BATCH = 100
-# A writer waiting on SQLite's lock tries again after sleeps that grow to 100 ms (SQLite's
-# busy handler), so a pause shorter than that can fall between two tries, pause after pause: a
-# cleaner whose batch and pause took ~100 together kept one writer out for seconds. A pause at
-# least this long always holds one of its tries.
-PAUSE_FLOOR_S = 0.12
 
 
 def _paced(size: int, took: float, most: int) -> int:
@@ -80,8 +75,8 @@ def _paced(size: int, took: float, most: int) -> int:
 class _Pacer:
     """Runs a cleanup phase's batches: each timed and sized to take about `BATCH_TARGET_S`
     (at most `most` rows or keys), and, on a backend whose writes lock the whole store
-    (SQLite), followed by a pause as long as the batch (at least `PAUSE_FLOOR_S`) that lets
-    the writers queued behind its lock in before the next one takes it."""
+    (SQLite), followed by a pause as long as the batch that lets the writers queued behind its
+    lock in before the next one takes it."""
 
     def __init__(self, backend: StateBackend, most: int, first: int) -> None:
         self.backend, self.most, self.size = backend, most, first
@@ -99,7 +94,9 @@ class _Pacer:
         """Between two batches: the next one's size, and on SQLite the pause."""
         self.size = _paced(self.size, self.took, self.most)
         if self.backend.store_write_lock:
-            time.sleep(max(min(self.took, 2 * BATCH_TARGET_S), PAUSE_FLOOR_S))
+            # Writers waiting on SQLite's lock poll for it now and then (its busy handler
+            # sleeps up to 100 ms between tries): the pause is as long as the batch.
+            time.sleep(min(self.took, 2 * BATCH_TARGET_S))
 
 
 def delete_expired(
