@@ -24,10 +24,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import multiprocessing as mp
-
 from record import meta, save
-from scale import p50, worst, writer
+from scale import p50, start_writer, worst
 
 from taskstate import StateStore, cleanup
 from taskstate.cleanup import delete_expired, prune_versions
@@ -80,13 +78,7 @@ def run_one(template: Path, scratch: Path, setup: Any, batch_size: int) -> dict[
     url = f"sqlite:///{db}"
     with StateStore(url, settings=Settings()) as store:
         store.backend.migrate()
-    ctx = mp.get_context("spawn")
-    ready, stop, (receive, send) = ctx.Event(), ctx.Event(), ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=writer, args=(url, ready, stop, send))
-    proc.start()
-    if not ready.wait(120):
-        proc.kill()
-        raise RuntimeError("the writer process did not start")
+    proc, stop, receive = start_writer(url)
     marks: dict[str, float] = {}
     load = os.getloadavg()[0]
     try:
@@ -109,7 +101,6 @@ def run_one(template: Path, scratch: Path, setup: Any, batch_size: int) -> dict[
         stop.set()
     samples = receive.recv()
     proc.join()
-    wal = db.parent / (db.name + "-wal")
     out: dict[str, Any] = {
         "load": round(load, 1),
         "expired rows": result.deleted,
@@ -118,7 +109,6 @@ def run_one(template: Path, scratch: Path, setup: Any, batch_size: int) -> dict[
         "expire s": round(marks["prune"] - marks["expire"], 1),
         "prune s": round(marks["end"] - marks["prune"], 1),
         "versions pruned": pruned,
-        "wal MB after": round(wal.stat().st_size / 1e6, 1) if wal.exists() else 0.0,
     }
     for phase, (a, b) in {
         "alone": ("alone", "alone end"),
