@@ -5,7 +5,8 @@ so its tasks reach Airflow only through the api-server and taskstate only throug
 
 One deployment can serve several tests one after another: each starts its own worker (its own
 home, ledgers and logs, its own taskstate settings) and triggers its own runs, waiting for
-those runs only. The scheduler creates no scheduled runs (`use_job_schedule` off)."""
+those runs only. The scheduler creates no scheduled runs (`use_job_schedule` off), so every DAG
+is created unpaused."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from examples.airflow.demo import Airflow, free_port
-from tests.airflow.harness import copy_migrated_db, stop_group
+from tests.airflow.harness import NO_REPARSE, copy_migrated_db, stop_group
 from tests.redis_server import running_redis
 
 CELERY_DAGS = Path(__file__).resolve().parent / "celery_dags"
@@ -50,7 +51,6 @@ class CeleryDeployment:
         self.airflow = airflow
         self.root = root
         self.api_url = api_url  # the plugin's routes on the api-server (3.x) / webserver (2.x)
-        self._unpaused: set[str] = set()
 
     @contextmanager
     def worker(
@@ -77,9 +77,6 @@ class CeleryDeployment:
             log.close()
 
     def trigger(self, dag_id: str) -> str:
-        if dag_id not in self._unpaused:
-            self.airflow.run("dags", "unpause", dag_id)
-            self._unpaused.add(dag_id)
         run_id = f"ts_{uuid.uuid4().hex[:10]}"
         self.airflow.run("dags", "trigger", dag_id, "--run-id", run_id)
         return run_id
@@ -122,6 +119,9 @@ def celery_airflow(
             "AIRFLOW__WORKERS__EXECUTION_API_TIMEOUT": "60",
             # Only the runs the tests trigger: none a worker of another test could pick up.
             "AIRFLOW__SCHEDULER__USE_JOB_SCHEDULE": "False",
+            # So no `airflow dags unpause` (an Airflow process each) before a DAG's first run.
+            "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
+            **NO_REPARSE,  # `dags reserialize` below parses them before the start
         }
         home = root / "airflow"
         home.mkdir()
