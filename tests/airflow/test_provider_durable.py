@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.airflow.harness import AirflowHome, copy_migrated_db
+from tests.airflow.harness import NO_REPARSE, AirflowHome, copy_migrated_db
 from tests.aws_server import running_aws
 
 pytestmark = pytest.mark.airflow
@@ -62,6 +62,7 @@ def under_scheduler(
             "AIRFLOW_CONN_AWS_DEFAULT": aws.airflow_connection(),
             "TS_PROVIDER_FAULT": "kill",
             SETTING: str(provider_durable),
+            **NO_REPARSE,
         }
         with Deployment(home, out, extra) as live:
             reports = {r["task_id"]: r for r in live.run(DAG_ID, tasks=len(TASKS))}

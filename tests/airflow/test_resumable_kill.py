@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.airflow.harness import copy_migrated_db
+from tests.airflow.harness import NO_REPARSE, copy_migrated_db
 
 # Its own waits: the api-server 180 s, the run 900 s, stopping 30 s.
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -86,6 +86,7 @@ def kill_deployment(version: str, root: Path) -> Iterator[Live]:
         # The triggerer imports a trigger by its classpath; Airflow 3 does not put the DAG
         # folder on sys.path there, so the trigger's module must be importable by itself.
         "PYTHONPATH": str(home.root / "dags"),
+        **NO_REPARSE,
     }
     if version == "3.3":  # taskstate in charge on 3.3 (its own store otherwise)
         extra["AIRFLOW__STATE_STORE__TASKSTATE_MODE"] = "taskstate"

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from examples.airflow.demo import DAG_ID, KILL_AT, Airflow
-from tests.airflow.harness import copy_migrated_db, versions
+from tests.airflow.harness import NO_REPARSE, copy_migrated_db, versions
 from tests.postgres_server import running_server
 
 # Its own waits: the api-server 180 s, two runs of 420 s, stopping 30 s (plus migrating).
@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.airflow, pytest.mark.timeout(1200)]
 
 
 def sigkill_resume_then_clear(home: Path, version: str, extra: Mapping[str, str] = {}) -> None:
-    extra = {"TASKSTATE_DEMO_KILL_AT": str(KILL_AT), **extra}
+    extra = {"TASKSTATE_DEMO_KILL_AT": str(KILL_AT), **NO_REPARSE, **extra}
     airflow = Airflow(home, version, extra=extra, migrated=copy_migrated_db)
     with airflow.services():
         airflow.run("dags", "unpause", DAG_ID)
