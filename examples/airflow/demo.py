@@ -183,9 +183,14 @@ class Airflow:
         )
 
     def ledger(self) -> collections.Counter[int]:
-        path = self.home / "etl_ledger.jsonl"
-        lines = path.read_text().splitlines() if path.exists() else []
-        return collections.Counter(json.loads(line)["id"] for line in lines)
+        return ledger(self.home)
+
+
+def ledger(home: Path) -> collections.Counter[int]:
+    """How often each record was processed: the ETL DAG's ledger in the AIRFLOW_HOME `home`."""
+    path = home / "etl_ledger.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return collections.Counter(json.loads(line)["id"] for line in lines)
 
 
 def main() -> int:
