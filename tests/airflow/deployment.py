@@ -30,9 +30,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from tests.airflow.harness import AirflowHome, stop_group
+from examples.airflow.demo import DAG_ID as DEMO_DAG_ID
+from examples.airflow.demo import KILL_AT
+from tests.airflow.harness import EXAMPLE_DAGS, AirflowHome, stop_group
 
 API_DAGS = Path(__file__).resolve().parent / "api_dags"
+# tests/airflow/test_scheduler.py's SIGKILL-and-resume run on Airflow 3 (paused until then).
+DEMO_DAG = EXAMPLE_DAGS / f"{DEMO_DAG_ID}.py"
 SECRET_KEY = "deployment-taskstate-secret-0123456789abcdef"
 USERS = {"admin": "admin-pw", "viewer": "viewer-pw", "user": "user-pw", "op": "op-pw"}
 # 3.x: the simple auth manager's four roles, one user each (configuration only, free). 2.x: the
@@ -70,6 +74,7 @@ class Deployment:
             # session's other lane, another checkout's) started first ("Errno 98").
             "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
             "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(_free_port()),
+            "TASKSTATE_DEMO_KILL_AT": str(KILL_AT),  # read by DEMO_DAG's task alone
         }
         if self.major >= 3:
             passwords = root / "passwords.json"
@@ -101,7 +106,7 @@ class Deployment:
                     "airflow.api.auth.backend.basic_auth,airflow.api.auth.backend.session"
                 ),
             }
-        dags = [*sorted(API_DAGS.glob("*.py")), *extra_dags]
+        dags = [*sorted(API_DAGS.glob("*.py")), DEMO_DAG, *extra_dags]
         self.home = AirflowHome(version, root, dags, extra_env=env)
         self.home.airflow("dags", "reserialize")
         if self.major < 3:

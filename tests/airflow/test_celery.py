@@ -61,14 +61,16 @@ def _distributed_runs_resume(
 ) -> str:
     """Try 1 of the ETL task is SIGKILLed on its worker right after record 7's checkpoint and
     try 2 resumes; in a mapped task of 8 indices every odd index is SIGKILLed once and resumes.
-    Every record and row is processed exactly once. Returns the ETL run's id."""
-    run_id, state = deployment.trigger_and_wait(DAG_ID)
-    assert state == "success"
+    Every record and row is processed exactly once. Returns the ETL run's id.
+
+    Both runs are triggered together: the worker and scheduler serve them at once, not one
+    after the other (their ledgers and states are apart)."""
+    run_id = deployment.trigger(DAG_ID)
+    mapped_run = deployment.trigger("ts_mapped8")
+    assert deployment.wait_for_run(DAG_ID, run_id) == "success"
+    assert deployment.wait_for_run("ts_mapped8", mapped_run) == "success"
     assert worker.ledger("etl_ledger.jsonl") == {record: 1 for record in range(1, 21)}
     assert "try 2: resuming after record 7" in worker.task_logs(DAG_ID, TASK_ID)
-
-    mapped_run, state = deployment.trigger_and_wait("ts_mapped8")
-    assert state == "success"
     assert worker.ledger("mapped_ledger.jsonl") == {
         (i, row): 1 for i in range(8) for row in range(5)
     }

@@ -4,9 +4,11 @@ moto's server on loopback (tests/aws_server.py).
 
 Under a real scheduler on Airflow 3.2 (api-server, dag-processor, scheduler + LocalExecutor),
 try 1 of each task is SIGKILLed after the job id is persisted or while polling: with the
-setting on the retry reconnects and the service saw one job per task. Under `dags test` on 3.0
-and 3.1 the same operators resume from a failed try 1, and `tasks test` takes their durable
-path with the setting on and the providers' own (stand-in mixin, not durable) with it off.
+setting on the retry reconnects and the service saw one job per task (that test runs on
+tests/airflow/test_resumable_kill.py's 3.2 deployment: one deployment for both files' kills).
+Under `dags test` on 3.0 and 3.1 the same operators resume from a failed try 1, and `tasks test`
+takes their durable path with the setting on and the providers' own (stand-in mixin, not
+durable) with it off.
 Upstream's behaviour under a scheduler (every try submits anew) is a baseline: it lives in
 bench/provider_durable.py, not in the suite.
 """
@@ -15,19 +17,16 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.airflow.harness import AirflowHome, copy_migrated_db
+from tests.airflow.harness import AirflowHome
 from tests.aws_server import running_aws
 
 pytestmark = pytest.mark.airflow
 
-REPO = Path(__file__).resolve().parents[2]
 DAG_FILE = Path(__file__).with_name("provider_dags") / "ts_provider_durable.py"
 DAG_ID = "ts_provider_durable"
 TASKS = [f"{op}_{at}" for op in ("redshift", "glue") for at in ("after_persist", "while_polling")]
@@ -40,49 +39,6 @@ SETTING = "AIRFLOW__STATE_STORE__TASKSTATE_PROVIDER_DURABLE"
 def by_task(submissions: list[dict[str, Any]]) -> Counter[str]:
     """Jobs the service accepted, per task (the DAG names its logical job in each)."""
     return Counter(s["logical"].split("|")[1] for s in submissions)
-
-
-def under_scheduler(
-    tmp_path: Path, *, provider_durable: bool
-) -> tuple[dict[str, Any], Counter[str]]:
-    sys.path.insert(0, str(REPO / "bench"))
-    from versus.envs import AirflowHome as BenchHome
-    from versus.envs import Side
-    from versus.scheduler import Deployment
-
-    side = Side("provider durable 3.2", "3.2", taskstate=True)
-    side.prepare()
-    home = BenchHome(side, tmp_path / "home", migrated=copy_migrated_db)
-    (home.root / "dags" / "versus_dags.py").unlink()
-    shutil.copy(DAG_FILE, home.root / "dags")
-    out = tmp_path / "out"
-    out.mkdir()
-    with running_aws(tmp_path) as aws:
-        extra = {
-            "AIRFLOW_CONN_AWS_DEFAULT": aws.airflow_connection(),
-            "TS_PROVIDER_FAULT": "kill",
-            SETTING: str(provider_durable),
-        }
-        with Deployment(home, out, extra) as live:
-            reports = {r["task_id"]: r for r in live.run(DAG_ID, tasks=len(TASKS))}
-        return reports, by_task(aws.submissions())
-
-
-@pytest.mark.skipif("3.2" not in SELECTED, reason="Airflow 3.2 not selected")
-@pytest.mark.timeout(1200)  # its own waits: the api-server 180 s, the run 900 s, stopping 30 s
-def test_sigkilled_provider_operators_resume_with_the_setting(tmp_path: Path) -> None:
-    reports, jobs = under_scheduler(tmp_path / "on", provider_durable=True)
-    for task in TASKS:
-        report = reports[task]
-        assert report["try_number"] == 2, report  # try 1 was killed
-        assert (report["mixin"], report["durable"]) == (TASKSTATE_MIXIN, True), report
-        assert jobs[task] == 1, (task, jobs)
-        assert report["stored"] is not None
-    # The retry returned the result of the job try 1 submitted.
-    assert reports["glue_after_persist"]["result"] == reports["glue_after_persist"]["stored"]
-    assert reports["redshift_after_persist"]["result"] == [
-        reports["redshift_after_persist"]["stored"]
-    ]
 
 
 @pytest.fixture(scope="module", params=[v for v in ("3.0", "3.1") if v in SELECTED] or ["none"])

@@ -2,7 +2,9 @@
 process (after the job system accepted the job, or while polling it; on the deferrable path
 also after saving the id before defer(), and in execute_complete), or the test SIGKILLs the
 triggerer while a trigger polls; the next try (or the next triggerer) must reconnect to that
-job — one job per task — and return its result.
+job — one job per task — and return its result. On 3.2 the same deployment runs upstream
+provider operators with `[state_store] taskstate_provider_durable` on (tests/airflow/
+test_provider_durable.py has the rest of that setting's tests) against moto's server.
 
 One deployment per version, shared by both tests: Airflow 2.10 (scheduler + triggerer +
 SequentialExecutor), 3.2 and 3.3 in taskstate mode (api-server, dag-processor, scheduler,
@@ -21,13 +23,15 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.airflow.harness import copy_migrated_db
+from tests.airflow import test_provider_durable as provider
+from tests.airflow.harness import NO_REPARSE, copy_migrated_db
+from tests.aws_server import running_aws
 
 # Its own waits: the api-server 180 s, the run 900 s, stopping 30 s.
 pytestmark = [pytest.mark.airflow, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -61,12 +65,15 @@ class Live:
     jobs: Any
     jobsystem: Any
     out: Path
+    aws: Any = None  # moto's server the provider DAG's tasks call (3.2 only)
 
 
 @contextlib.contextmanager
-def kill_deployment(version: str, root: Path) -> Iterator[Live]:
-    """A started deployment of `version` with these DAGs, a triggerer and the job system, under
-    `root` (also bench/deferrable_scheduler.py's)."""
+def kill_deployment(
+    version: str, root: Path, extra_dags: Sequence[Path] = (), extra_env: Mapping[str, str] = {}
+) -> Iterator[Live]:
+    """A started deployment of `version` with these DAGs (and `extra_dags`), a triggerer and
+    the job system, under `root` (also bench/deferrable_scheduler.py's)."""
     sys.path.insert(0, str(REPO / "bench"))
     from versus.envs import AirflowHome, Side
     from versus.scheduler import Deployment
@@ -75,7 +82,7 @@ def kill_deployment(version: str, root: Path) -> Iterator[Live]:
     side.prepare()
     home = AirflowHome(side, root / "home", migrated=copy_migrated_db)
     (home.root / "dags").joinpath("versus_dags.py").unlink()
-    for dag in DAGS if side.airflow_major == 2 else [*DAGS, WATCHER]:
+    for dag in [*(DAGS if side.airflow_major == 2 else [*DAGS, WATCHER]), *extra_dags]:
         shutil.copy(dag, home.root / "dags")
     out = root / "out"
     out.mkdir()
@@ -86,6 +93,8 @@ def kill_deployment(version: str, root: Path) -> Iterator[Live]:
         # The triggerer imports a trigger by its classpath; Airflow 3 does not put the DAG
         # folder on sys.path there, so the trigger's module must be importable by itself.
         "PYTHONPATH": str(home.root / "dags"),
+        **NO_REPARSE,
+        **extra_env,
     }
     if version == "3.3":  # taskstate in charge on 3.3 (its own store otherwise)
         extra["AIRFLOW__STATE_STORE__TASKSTATE_MODE"] = "taskstate"
@@ -104,8 +113,21 @@ def live(
     version = request.param
     if version not in SELECTED:
         pytest.skip(f"Airflow {version} not selected (TASKSTATE_AIRFLOW_VERSIONS)")
-    with kill_deployment(version, tmp_path_factory.mktemp(f"kill-{version}")) as started:
-        yield started
+    root = tmp_path_factory.mktemp(f"kill-{version}")
+    if version != "3.2":
+        with kill_deployment(version, root) as started:
+            yield started
+        return
+    # 3.2 also runs the provider DAG: one deployment, not one more for that test alone.
+    with running_aws(root) as aws:
+        env = {
+            "AIRFLOW_CONN_AWS_DEFAULT": aws.airflow_connection(),
+            "TS_PROVIDER_FAULT": "kill",
+            provider.SETTING: "True",
+        }
+        with kill_deployment(version, root, [provider.DAG_FILE], env) as started:
+            started.aws = aws
+            yield started
 
 
 @pytest.mark.parametrize("live", ["2.10", "3.3"], indirect=True)  # one Airflow 2, one 3
@@ -240,3 +262,24 @@ def test_a_watcher_killed_right_after_yielding_makes_no_duplicate_event(live: Li
         ),
         "no ts_watcher run succeeded",
     )
+
+
+@pytest.mark.parametrize("live", ["3.2"], indirect=True)
+def test_sigkilled_provider_operators_resume_with_the_setting(live: Live) -> None:
+    """Amazon's `RedshiftDataOperator` and `GlueJobOperator` with the setting on: try 1 of each
+    task is SIGKILLed after the job id is persisted or while polling; the retry reconnects, and
+    the service saw one job per task."""
+    run = live.deployment.run(provider.DAG_ID, tasks=len(provider.TASKS))
+    reports = {r["task_id"]: r for r in run}
+    jobs = provider.by_task(live.aws.submissions())
+    for task in provider.TASKS:
+        report = reports[task]
+        assert report["try_number"] == 2, report  # try 1 was killed
+        assert (report["mixin"], report["durable"]) == (provider.TASKSTATE_MIXIN, True), report
+        assert jobs[task] == 1, (task, jobs)
+        assert report["stored"] is not None
+    # The retry returned the result of the job try 1 submitted.
+    assert reports["glue_after_persist"]["result"] == reports["glue_after_persist"]["stored"]
+    assert reports["redshift_after_persist"]["result"] == [
+        reports["redshift_after_persist"]["stored"]
+    ]
