@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
+from tests.cli import invoke
 from tests.commit_proxy import commit_proxy
 from tests.pgbouncer_server import running_pgbouncer
 from tests.postgres_server import PostgresServer, free_port, running_server
@@ -497,8 +498,7 @@ def test_cli_db_migrate_and_check_on_postgres(
     fresh_postgres_url: str, pg_route: Callable[[str], str]
 ) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "taskstate", "--url", pg_route(fresh_postgres_url), *args]
-        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+        return invoke("--url", pg_route(fresh_postgres_url), *args)  # in-process: tests/cli.py
 
     scope = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
     before = run("task", "set", *scope, "k", "1")
