@@ -24,6 +24,7 @@ from typing import ClassVar
 import httpx
 import pytest
 from tests.api.server import running
+from tests.cli import invoke
 from tests.http_proxy import running_proxy
 from tests.job_services import _certificate
 from tests.postgres_server import START_TIMEOUT
@@ -831,12 +832,12 @@ def test_pool_token_from_the_settings(tmp_path: Path, monkeypatch: pytest.Monkey
         monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
         with pytest.raises(AccessDeniedError, match="401"):
             StateStore(server.url, settings=Settings()).task_state(scope).get("k")
-        token = subprocess.run(
-            [sys.executable, "-m", "taskstate", "token", "create", "--dag-id", "pool_*",
-             "--expires-in", "never"],
+        created = invoke(
+            "token", "create", "--dag-id", "pool_*", "--expires-in", "never",
             env={**os.environ, "AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY": SECRET},
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        token = created.stdout.strip()
         monkeypatch.setenv("AIRFLOW__STATE_STORE__TASKSTATE_TOKEN_CMD", f"echo {token}")
         with StateStore(server.url, settings=Settings()) as store:
             store.task_state(scope).set("k", 1)
