@@ -10,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -19,7 +18,7 @@ import httpx
 import pytest
 from tests.api.conftest import SECRET
 from tests.cli import invoke
-from tests.postgres_server import START_TIMEOUT
+from tests.postgres_server import wait_for_http
 
 TASKSTATE = [sys.executable, "-m", "taskstate"]
 
@@ -50,15 +49,11 @@ def serving(
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                httpx.get(f"{base}/taskstate/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline, "taskstate serve did not start"
-                time.sleep(0.1)
+        try:
+            wait_for_http(f"{base}/taskstate/health", proc, "taskstate serve")
+        except RuntimeError as exc:
+            exited = proc.poll() is not None
+            raise AssertionError(proc.communicate()[1] if exited else exc) from None
         yield base, proc
     finally:
         proc.send_signal(signal.SIGINT)
