@@ -8,13 +8,13 @@ import json
 import multiprocessing
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests import spawned
 from tests.cli import invoke
 from tests.expired_rows import KEPT_EACH, load
 
-from taskstate import StateStore, TaskScope
+from taskstate import StateStore
 from taskstate.settings import Settings
 
 EXPIRED = 27_500  # at least 5 full batches of 5,000 and a partial one
@@ -50,18 +50,6 @@ STALL_ROWS, STALL_BATCH = 30_000, 5_000  # 6 full batches and an empty last one
 PROGRESS_WAIT_S = 120
 
 
-def _write_while(url: str, stop: Any, writes: Any, report: Any) -> None:
-    """`set` task state in a loop until told to stop, counting the writes in `writes`."""
-    with StateStore(url, settings=Settings()) as store:
-        acc = store.task_state(TaskScope("writer", "run", "task"))
-        n = 0
-        while not stop.is_set():
-            acc.set(f"k{n % 100}", {"n": n})
-            n += 1
-            writes.value = n
-        report.put((n, acc.get(f"k{(n - 1) % 100}")))
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def test_clean_in_batches_does_not_stall_a_concurrent_writer(
@@ -80,7 +68,7 @@ def test_clean_in_batches_does_not_stall_a_concurrent_writer(
     load(url, STALL_ROWS, time.time())
     ctx = multiprocessing.get_context("spawn")
     stop, writes, report = ctx.Event(), ctx.Value("q", 0), ctx.Queue()
-    writer = ctx.Process(target=_write_while, args=(url, stop, writes, report))
+    writer = ctx.Process(target=spawned.write_while, args=(url, stop, writes, report))
     writer.start()
     progress: list[tuple[int, int]] = []  # (rows the batch deleted, writes before the next)
 

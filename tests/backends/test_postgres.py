@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
-from tests import pg_writers
+from tests import spawned
 from tests.cli import invoke
 from tests.commit_proxy import commit_proxy
 from tests.pgbouncer_server import running_pgbouncer
@@ -94,7 +94,7 @@ def test_concurrent_migrations_apply_each_version_once(
     fresh_postgres_url: str, pg_route: Callable[[str], str]
 ) -> None:
     with mp.get_context("spawn").Pool(4) as pool:
-        results = pool.map(pg_writers.migrate, [pg_route(fresh_postgres_url)] * 4)
+        results = pool.map(spawned.migrate, [pg_route(fresh_postgres_url)] * 4)
     # Each version once, by whichever migrator got there (an online index build runs between
     # transactions, so another migrator may record the version after it).
     assert sorted(v for applied in results for v in applied) == list(range(1, len(MIGRATIONS) + 1))
@@ -157,7 +157,7 @@ def test_transact_retries_when_the_connection_dies_before_commit(
 def test_update_from_8_processes_loses_nothing(lane_backend: PostgresBackend) -> None:
     url = lane_backend._conninfo
     with mp.get_context("spawn").Pool(8) as pool:
-        pool.starmap(pg_writers.increment, [(url, 500)] * 8)
+        pool.starmap(spawned.increment, [(url, 500)] * 8)
     with StateStore(url) as store:
         assert store.task_state(TaskScope("dag", "run", "task")).get("counter") == 4000
 
@@ -201,7 +201,7 @@ def test_every_acknowledged_write_survives_server_restarts_and_crashes(
     acks.touch()
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    writer = ctx.Process(target=pg_writers.write_forever, args=(url, str(acks), stop))
+    writer = ctx.Process(target=spawned.write_forever, args=(url, str(acks), stop))
     writer.start()
     try:
         seen = _wait_for_more_acks(acks, 0)
@@ -428,7 +428,7 @@ def test_updates_through_pgbouncer_stay_exact_when_it_is_killed(
         ctx = mp.get_context("spawn")
         stop = ctx.Event()
         writers = [
-            ctx.Process(target=pg_writers.count_up, args=(url, str(acks), stop)) for _ in range(4)
+            ctx.Process(target=spawned.count_up, args=(url, str(acks), stop)) for _ in range(4)
         ]
         for writer in writers:
             writer.start()

@@ -1,17 +1,20 @@
-"""What the processes of tests/backends/test_postgres.py run. Those are started with `spawn` (a
-fresh interpreter, as a separate worker is): each imports the module its target lives in, and
-the test module's imports (hypothesis, the servers' helpers...) cost a spawned child over a CPU
-second before it wrote anything. Here only taskstate's are imported."""
+"""What the tests' `spawn`ed processes run (a fresh interpreter, as a separate worker is). A
+spawned child imports the module its target lives in: a test module's imports (hypothesis, the
+servers' helpers...) cost each child over a CPU second before it wrote anything. Here only
+taskstate's are imported."""
 
 from __future__ import annotations
 
 from multiprocessing.synchronize import Event
+from typing import Any
 
 from taskstate import StateStore, TaskScope
-from taskstate.backends.postgres import PostgresBackend
+from taskstate.settings import Settings
 
 
 def migrate(url: str) -> list[int]:
+    from taskstate.backends.postgres import PostgresBackend  # the SQLite writers need no driver
+
     return PostgresBackend(url).migrate()
 
 
@@ -40,3 +43,15 @@ def count_up(url: str, acks: str, stop: Event) -> None:
         while not stop.is_set():
             accessor.update("n", lambda v: v + 1, default=0)
             log.write("1\n")
+
+
+def write_while(url: str, stop: Any, writes: Any, report: Any) -> None:
+    """`set` task state in a loop until told to stop, counting the writes in `writes`."""
+    with StateStore(url, settings=Settings()) as store:
+        acc = store.task_state(TaskScope("writer", "run", "task"))
+        n = 0
+        while not stop.is_set():
+            acc.set(f"k{n % 100}", {"n": n})
+            n += 1
+            writes.value = n
+        report.put((n, acc.get(f"k{(n - 1) % 100}")))
