@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.pgbouncer_server import PgBouncer
-from tests.postgres_server import PostgresServer, debian_command, free_port
+from tests.postgres_server import PostgresServer, debian_command, free_port, wait_for_http
 
 ROOT = Path(__file__).resolve().parent.parent
 DAG = "fleet"
@@ -50,28 +50,6 @@ TIMEOUT = 10.0  # the HTTP client's documented per-request timeout
 
 def secret(tag: str) -> str:
     return f"fleet-{tag}-" + "k" * 32
-
-
-def _wait_http(url: str, proc: subprocess.Popen[bytes] | None, what: str, timeout: float) -> None:
-    """Until GET `url` answers 200 (the store-reading /health: a replica that answers it can
-    serve); raises naming `what` if `proc` exits first or it takes longer than `timeout`."""
-    import http.client
-    from urllib.parse import urlsplit
-
-    parts = urlsplit(url)
-    deadline = time.monotonic() + timeout
-    while True:
-        with contextlib.suppress(OSError, http.client.HTTPException):
-            conn = http.client.HTTPConnection(parts.netloc, timeout=2)
-            try:
-                conn.request("GET", parts.path)
-                if conn.getresponse().status == 200:
-                    return
-            finally:
-                conn.close()
-        if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
-            raise RuntimeError(f"{what} did not answer 200 on {url}")
-        time.sleep(0.05)
 
 
 class Replica:
@@ -109,7 +87,7 @@ class Replica:
         )  # fmt: skip
         log.close()
         try:
-            _wait_http(self.url + "/health", self.proc, f"replica {self.name}", 60)
+            wait_for_http(self.url + "/health", self.proc, f"replica {self.name}", 60)
         except RuntimeError as exc:
             log_text = (self.root / f"{self.name}.log").read_text()[-3000:]
             raise RuntimeError(f"{exc}; its log:\n{log_text}") from None
@@ -213,7 +191,7 @@ class HAProxy:
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
         log.close()
-        _wait_http(self.url + "/health", self.proc, "haproxy", 30)
+        wait_for_http(self.url + "/health", self.proc, "haproxy", 30)
 
     def kill(self) -> None:
         if self.proc is not None:

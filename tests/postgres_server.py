@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import http.client
 import os
 import pwd
 import shutil
@@ -20,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from urllib.parse import urlsplit
 
 
 def apt_install(package: str) -> None:
@@ -96,6 +98,32 @@ def wait_for_port(
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not start on port {port}")
         time.sleep(0.1)
+
+
+def wait_for_http(
+    url: str,
+    proc: subprocess.Popen[bytes] | subprocess.Popen[str] | None,
+    what: str,
+    timeout: float = START_TIMEOUT,
+) -> None:
+    """Until GET `url` answers 200 (a /health that reads the store: a server that answers it can
+    serve); raises naming `what` if `proc` exits first or it takes longer than `timeout`. Polls
+    with the standard library's bare HTTP connection: an `httpx.get` builds a TLS context each
+    time, 40 ms of CPU, which ten polls a second while a server starts under load add up."""
+    parts = urlsplit(url)
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError, http.client.HTTPException):
+            conn = http.client.HTTPConnection(parts.netloc, timeout=2)
+            try:
+                conn.request("GET", parts.path)
+                if conn.getresponse().status == 200:
+                    return
+            finally:
+                conn.close()
+        if (proc is not None and proc.poll() is not None) or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not answer 200 on {url}")
+        time.sleep(0.05)
 
 
 def _server_user() -> str | None:

@@ -7,19 +7,18 @@ from __future__ import annotations
 import itertools
 import json
 import multiprocessing
-import subprocess
-import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
+from tests import spawned
+from tests.cli import invoke
 from tests.expired_rows import KEPT_EACH, load
 
 from taskstate import StateStore, TaskScope, cleanup
 from taskstate.settings import Settings
 
-EXPIRED = 55_000  # at least 5 full batches of 10,000 and a partial one
+EXPIRED = 27_500  # at least 5 full batches of 5,000 and a partial one
 
 
 @pytest.mark.slow
@@ -35,37 +34,21 @@ def test_clean_deletes_expired_rows_in_batches_and_keeps_the_rest(
     with StateStore(url, settings=Settings()) as store:
         store.backend.migrate()
     load(url, EXPIRED, time.time())
-    proc = subprocess.run(
-        [sys.executable, "-m", "taskstate", "--url", url, "clean", "--batch-size", "10000",
-         "--json"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    proc = invoke("--url", url, "clean", "--batch-size", "5000", "--json")  # tests/cli.py
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert (result["expired"], result["deleted"]) == (EXPIRED, EXPIRED)
-    # Paced: batches start at 1,000 rows and grow while fast, never past 10,000.
-    assert result["batches"] >= EXPIRED // 10000 + 1
+    # Paced: batches start at 1,000 rows and grow while fast, never past 5,000.
+    assert result["batches"] >= EXPIRED // 5000 + 1
     with StateStore(url, settings=Settings()) as store:
         left = sorted(row.key.rstrip("0123456789") for row in store.backend.scan())
     assert left == ["fresh"] * KEPT_EACH + ["key"] * KEPT_EACH + ["never"] * KEPT_EACH
 
 
-STALL_ROWS, STALL_BATCH = 60_000, 10_000  # 6 full batches and an empty last one
+STALL_ROWS, STALL_BATCH = 30_000, 5_000  # 6 full batches and an empty last one
 # A wait for the writer to progress between two batches that only a lock held across batches
 # (the writer never gets in) can exhaust: not a latency bound.
 PROGRESS_WAIT_S = 120
-
-
-def _write_while(url: str, stop: Any, writes: Any, report: Any) -> None:
-    """`set` task state in a loop until told to stop, counting the writes in `writes`."""
-    with StateStore(url, settings=Settings()) as store:
-        acc = store.task_state(TaskScope("writer", "run", "task"))
-        n = 0
-        while not stop.is_set():
-            acc.set(f"k{n % 100}", {"n": n})
-            n += 1
-            writes.value = n
-        report.put((n, acc.get(f"k{(n - 1) % 100}")))
 
 
 @pytest.mark.slow
@@ -73,7 +56,7 @@ def _write_while(url: str, stop: Any, writes: Any, report: Any) -> None:
 def test_clean_in_batches_does_not_stall_a_concurrent_writer(
     kind: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    """While cleanup deletes 60,000 expired rows in batches of 10,000, a writer in another
+    """While cleanup deletes 30,000 expired rows in batches of 5,000, a writer in another
     process keeps writing: after each batch (its transaction over), cleanup waits until the
     writer has committed another write, which it can only do if no lock outlives a batch."""
     url = (
@@ -86,7 +69,7 @@ def test_clean_in_batches_does_not_stall_a_concurrent_writer(
     load(url, STALL_ROWS, time.time())
     ctx = multiprocessing.get_context("spawn")
     stop, writes, report = ctx.Event(), ctx.Value("q", 0), ctx.Queue()
-    writer = ctx.Process(target=_write_while, args=(url, stop, writes, report))
+    writer = ctx.Process(target=spawned.write_while, args=(url, stop, writes, report))
     writer.start()
     progress: list[tuple[int, int]] = []  # (rows the batch deleted, writes before the next)
 

@@ -1,4 +1,5 @@
-"""The `taskstate` command, run as users run it: a real subprocess on a real SQLite file."""
+"""The `taskstate` command on a real SQLite file: in this process through click's runner, and as a
+real subprocess where only a process shows the claim (pipes, terminals, the environment)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from tests.cli import invoke
 
 from taskstate import NEVER_EXPIRE, AssetScope, StateStore, TaskScope
 from taskstate.backends import sqlite as sqlite_backend
@@ -22,18 +24,13 @@ SCOPE = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
 
 @pytest.fixture
 def run(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """The command in this process (tests/cli.py says why); a real process where it matters."""
     url = f"sqlite:///{tmp_path}/state.db"
 
     def run(
         *args: str, ok: bool = True, stdin: str | None = None
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
-            [sys.executable, "-m", "taskstate", "--url", url, *args],
-            capture_output=True,
-            text=True,
-            input=stdin,
-            check=False,
-        )
+        proc = invoke("--url", url, *args, stdin=stdin)
         if ok:
             assert proc.returncode == 0, proc.stderr
         else:
@@ -112,13 +109,8 @@ def test_export_import_round_trip_and_bad_import_writes_nothing(run, tmp_path: P
     assert len(dump.splitlines()) == 3
 
     other = tmp_path / "other.db"
-    good = subprocess.run(
-        [sys.executable, "-m", "taskstate", "--url", f"sqlite:///{other}", "import"],
-        input=dump,
-        capture_output=True,
-        text=True,
-        check=True,
-    )
+    good = invoke("--url", f"sqlite:///{other}", "import", stdin=dump)
+    assert good.returncode == 0, good.stderr
     assert "imported 3 keys" in good.stdout
     copy = StateStore(f"sqlite:///{other}", settings=Settings())
     assert copy.task_state(TaskScope("d", "r", "t", 3)).get("k") == {"x": 1}
@@ -127,13 +119,7 @@ def test_export_import_round_trip_and_bad_import_writes_nothing(run, tmp_path: P
 
     bad = dump + '{"scope":"task","dag_id":"d","run_id":"r","task_id":"t","key":"n","value":NaN}\n'
     third = f"sqlite:///{tmp_path}/third.db"
-    proc = subprocess.run(
-        [sys.executable, "-m", "taskstate", "--url", third, "import"],
-        input=bad,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    proc = invoke("--url", third, "import", stdin=bad)
     assert (
         proc.returncode == 1 and "line 4" in proc.stderr and "nothing was imported" in proc.stderr
     )
@@ -236,14 +222,7 @@ def test_a_newer_schema_gets_the_same_advice_everywhere(run, tmp_path: Path) -> 
         conn.execute("PRAGMA user_version = 99")
     check = run("db", "check", ok=False)
     migrate = run("db", "migrate", ok=False)
-    doctor = json.loads(
-        subprocess.run(
-            [sys.executable, "-m", "taskstate", "--url", run.url, "doctor", "--json"],
-            capture_output=True,
-            text=True,
-            check=False,
-        ).stdout
-    )
+    doctor = json.loads(invoke("--url", run.url, "doctor", "--json").stdout)
     backend = next(c for c in doctor if c["check"] == "backend")
     for said in (check.stderr, migrate.stderr, backend["detail"]):
         assert "upgrade taskstate" in said
@@ -351,23 +330,14 @@ def test_a_read_of_a_mistyped_sqlite_path_creates_nothing(tmp_path: Path) -> Non
         ["clean"],
         ["task", "clear", *SCOPE],
     ):
-        proc = subprocess.run(
-            [sys.executable, "-m", "taskstate", "--url", url, *args],
-            capture_output=True, text=True, env=_clean_env(), check=False,
-        )  # fmt: skip
+        proc = invoke("--url", url, *args, env=_clean_env())
         assert proc.returncode == 1, (args, proc.stderr)
         assert f"there is no state database at {missing}" in proc.stderr, proc.stderr
         assert not missing.exists() and not missing.parent.exists(), args
-    doctor = subprocess.run(
-        [sys.executable, "-m", "taskstate", "--url", url, "doctor", "--json"],
-        capture_output=True, text=True, env=_clean_env(), check=False,
-    )  # fmt: skip
+    doctor = invoke("--url", url, "doctor", "--json", env=_clean_env())
     backend = next(c for c in json.loads(doctor.stdout) if c["check"] == "backend")
     assert backend["status"] == "warn" and "a write does" in backend["detail"]
-    subprocess.run(
-        [sys.executable, "-m", "taskstate", "--url", url, "task", "set", "k", "1", *SCOPE],
-        env=_clean_env(), check=True,
-    )  # fmt: skip
+    assert invoke("--url", url, "task", "set", "k", "1", *SCOPE, env=_clean_env()).returncode == 0
     assert missing.exists()  # a write still creates it
 
 
@@ -400,10 +370,7 @@ def test_doctor_shows_option_names_sources_and_whether_credentials_are_set(
         AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY="k" * 40,
         COLUMNS="250",
     )
-    proc = subprocess.run(
-        [sys.executable, "-m", "taskstate", "doctor", "-o", "json"],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
+    proc = invoke("doctor", "-o", "json", env=env)
     checks = {c["check"]: c for c in json.loads(proc.stdout)}
     got = {
         name: (checks[name]["value"], checks[name]["source"])
@@ -433,18 +400,12 @@ def test_doctor_shows_option_names_sources_and_whether_credentials_are_set(
         "[state_store] taskstate_token": ("set", f"taskstate_token in {tmp_path}/airflow.cfg"),
     }  # fmt: skip
     assert "k" * 40 not in proc.stdout and "tok-in-the-file" not in proc.stdout
-    table = subprocess.run(
-        [sys.executable, "-m", "taskstate", "doctor"],
-        capture_output=True, text=True, env=env, check=False,
-    ).stdout  # fmt: skip
+    table = invoke("doctor", env=env).stdout
     assert "[state_store] default_retention_days" in table  # printed as written, not markup
     assert f"7 (from default_retention_days in {tmp_path}/airflow.cfg)" in table
 
     env["AIRFLOW__STATE_STORE__DEFAULT_RETENTION_DAYS"] = "-3"
-    bad = subprocess.run(
-        [sys.executable, "-m", "taskstate", "doctor"],
-        capture_output=True, text=True, env=env, check=False,
-    )  # fmt: skip
+    bad = invoke("doctor", env=env)
     assert bad.returncode == 1
     assert "[state_store] default_retention_days must be >= 0" in bad.stdout, bad.stdout
 
@@ -491,10 +452,7 @@ def test_every_write_says_who_wrote_it(run, tmp_path: Path) -> None:  # type: ig
     assert all({"updated_at", "updated_by"} <= set(line) for line in lines)
     time.sleep(0.05)  # an import that re-stamps would now differ
     copy_url = f"sqlite:///{tmp_path}/copy.db"
-    subprocess.run(
-        [sys.executable, "-m", "taskstate", "--url", copy_url, "import"],
-        input=dump, text=True, capture_output=True, check=True,
-    )  # fmt: skip
+    assert invoke("--url", copy_url, "import", stdin=dump).returncode == 0
     copied = {(type(s).__name__, e.key): e for s, e in StateStore(copy_url).entries()}
     assert {k: (e.updated_at, e.updated_by) for k, e in copied.items()} == {
         k: (e.updated_at, e.updated_by) for k, e in entries.items()
@@ -545,10 +503,8 @@ def test_task_and_asset_history_and_restore(run) -> None:  # type: ignore[no-unt
     exported = run("export", "--with-history")
     assert "exported 2 keys, 8 versions" in exported.stderr
     other = run.url.replace("state.db", "other.db")  # type: ignore[attr-defined]
-    proc = subprocess.run(
-        [sys.executable, "-m", "taskstate", "--url", other, "import"],
-        input=exported.stdout, capture_output=True, text=True, check=True,
-    )  # fmt: skip
+    proc = invoke("--url", other, "import", stdin=exported.stdout)
+    assert proc.returncode == 0, proc.stderr
     assert "imported 2 keys" in proc.stdout and "8 history versions" in proc.stdout
     with StateStore(other) as store:
         moved = store.task_state(TaskScope("d", "r", "t")).history("cursor")

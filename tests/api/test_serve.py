@@ -1,4 +1,5 @@
-"""`taskstate serve` and `taskstate token create` as a user runs them: real processes."""
+"""`taskstate serve` as a user runs it, a real process; `taskstate token create` and the
+refusals that end before serving, in this process (tests/cli.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.api.conftest import SECRET
-from tests.postgres_server import START_TIMEOUT
+from tests.cli import invoke
+from tests.postgres_server import wait_for_http
 
 TASKSTATE = [sys.executable, "-m", "taskstate"]
 
@@ -48,15 +49,11 @@ def serving(
     )
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                httpx.get(f"{base}/taskstate/health", timeout=1)
-                break
-            except httpx.TransportError:
-                assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline, "taskstate serve did not start"
-                time.sleep(0.1)
+        try:
+            wait_for_http(f"{base}/taskstate/health", proc, "taskstate serve")
+        except RuntimeError as exc:
+            exited = proc.poll() is not None
+            raise AssertionError(proc.communicate()[1] if exited else exc) from None
         yield base, proc
     finally:
         proc.send_signal(signal.SIGINT)
@@ -118,35 +115,17 @@ def test_json_log_has_a_line_per_request_and_an_audit_line_per_write(tmp_path: P
 
 
 def test_refuses_a_public_host_without_a_key(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [*TASKSTATE, "serve", "--host", "0.0.0.0"],
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-    )
+    done = invoke("serve", "--host", "0.0.0.0", env=_env(tmp_path))
     assert done.returncode == 2
     assert "refusing to serve on 0.0.0.0" in done.stderr
 
 
 def test_a_created_token_opens_what_it_names(tmp_path: Path) -> None:
     env = _env(tmp_path, AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY=SECRET)
-    created = subprocess.run(
-        [
-            *TASKSTATE,
-            "token",
-            "create",
-            "--dag-id",
-            "etl_*",
-            "--subject",
-            "ci",
-            "--expires-in",
-            "1h",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
+    created = invoke(
+        "token", "create", "--dag-id", "etl_*", "--subject", "ci", "--expires-in", "1h", env=env
     )
+    assert created.returncode == 0, created.stderr
     token = created.stdout.strip()
     with serving(tmp_path, env) as (base, proc):
         route = f"{base}/taskstate/api/v2/dags/etl_x/dagRuns/r/taskInstances/t/state-store"
@@ -160,9 +139,7 @@ def test_a_created_token_opens_what_it_names(tmp_path: Path) -> None:
 
 def test_the_key_can_come_from_a_command(tmp_path: Path) -> None:
     env = _env(tmp_path, AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY_CMD=f"echo {SECRET}")
-    created = subprocess.run(
-        [*TASKSTATE, "token", "create", "--admin"], env=env, capture_output=True, text=True
-    )
+    created = invoke("token", "create", "--admin", env=env)
     assert created.returncode == 0, created.stderr
     from taskstate.api.tokens import SigningKeys
 
@@ -180,29 +157,20 @@ def test_the_key_can_come_from_a_command(tmp_path: Path) -> None:
 )
 def test_token_create_refuses_bad_options(tmp_path: Path, args: list[str], message: str) -> None:
     env = _env(tmp_path, AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY=SECRET)
-    done = subprocess.run(
-        [*TASKSTATE, "token", "create", *args], env=env, capture_output=True, text=True
-    )
+    done = invoke("token", "create", *args, env=env)
     assert done.returncode == 2
     assert message in done.stderr
 
 
 def test_token_create_without_a_key_says_what_to_set(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [*TASKSTATE, "token", "create", "--admin"],
-        env=_env(tmp_path),
-        capture_output=True,
-        text=True,
-    )
+    done = invoke("token", "create", "--admin", env=_env(tmp_path))
     assert done.returncode == 1
     assert "taskstate_secret_key" in done.stderr
 
 
 def test_a_short_key_is_refused(tmp_path: Path) -> None:
     env = _env(tmp_path, AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY="short")
-    done = subprocess.run(
-        [*TASKSTATE, "token", "create", "--admin"], env=env, capture_output=True, text=True
-    )
+    done = invoke("token", "create", "--admin", env=env)
     assert done.returncode == 1
     assert "at least 32 characters" in done.stderr
 

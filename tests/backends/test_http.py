@@ -24,9 +24,10 @@ from typing import ClassVar
 import httpx
 import pytest
 from tests.api.server import running
+from tests.cli import invoke
 from tests.http_proxy import running_proxy
 from tests.job_services import _certificate
-from tests.postgres_server import START_TIMEOUT
+from tests.postgres_server import wait_for_http
 from tests.resumable.driver import SYSTEMS, Env, run_scenario
 from tests.resumable.jobsystem import running_jobsystem
 from tests.test_processes import race_compare_and_set
@@ -73,17 +74,12 @@ class Server:
                  "AIRFLOW__STATE_STORE__MAX_VALUE_STORAGE_BYTES": "0", **(env or {})},
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
         )  # fmt: skip
-        deadline = time.monotonic() + START_TIMEOUT
-        while True:
-            try:
-                if httpx.get(self.url + "/health").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"taskstate serve did not start:\n{self.proc.stdout}")
-            time.sleep(0.1)
+        try:
+            wait_for_http(self.url + "/health", self.proc, "taskstate serve")
+        except RuntimeError as exc:
+            self.stop()
+            assert self.proc.stdout is not None
+            raise RuntimeError(f"{exc}:\n{self.proc.stdout.read()}") from None
 
     def wipe(self) -> None:
         """Empty the served file between tests (straight through SQLite, not the API)."""
@@ -831,12 +827,12 @@ def test_pool_token_from_the_settings(tmp_path: Path, monkeypatch: pytest.Monkey
         monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path))
         with pytest.raises(AccessDeniedError, match="401"):
             StateStore(server.url, settings=Settings()).task_state(scope).get("k")
-        token = subprocess.run(
-            [sys.executable, "-m", "taskstate", "token", "create", "--dag-id", "pool_*",
-             "--expires-in", "never"],
+        created = invoke(
+            "token", "create", "--dag-id", "pool_*", "--expires-in", "never",
             env={**os.environ, "AIRFLOW__STATE_STORE__TASKSTATE_SECRET_KEY": SECRET},
-            capture_output=True, text=True, check=True,
-        ).stdout.strip()  # fmt: skip
+        )  # fmt: skip
+        assert created.returncode == 0, created.stderr
+        token = created.stdout.strip()
         monkeypatch.setenv("AIRFLOW__STATE_STORE__TASKSTATE_TOKEN_CMD", f"echo {token}")
         with StateStore(server.url, settings=Settings()) as store:
             store.task_state(scope).set("k", 1)

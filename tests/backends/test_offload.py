@@ -7,14 +7,13 @@ import gzip
 import json
 import os
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.cli import invoke
 from tests.conftest import Clock
 from tests.s3_server import running_s3, s3_options
 
@@ -277,9 +276,7 @@ def test_taskstate_clean_sweeps_orphans(tmp_path: Path) -> None:
     files = [p for p in (tmp_path / "objects").rglob("*") if p.is_file()]
     for path in files:  # older than the grace period that protects writes in flight
         os.utime(path, (path.stat().st_atime - 7200, path.stat().st_mtime - 7200))
-    proc = subprocess.run(
-        [sys.executable, "-m", "taskstate", "clean"], env=env, capture_output=True, text=True
-    )
+    proc = invoke("clean", env=env)  # in-process: tests/cli.py
     assert proc.returncode == 0, proc.stderr
     assert "removed 1 orphaned offloaded objects" in proc.stdout
     with StateStore(settings=settings) as s:
@@ -316,10 +313,7 @@ def test_cli_clear_all_map_indices_removes_their_objects(tmp_path: Path) -> None
             s.task_state(TaskScope("dag", "run", "task", index)).set("k", BIG)
         s.task_state(TaskScope("dag", "run", "other")).set("k", BIG)
     args = ["task", "clear", "--dag-id", "dag", "--run-id", "run", "--task-id", "task"]
-    proc = subprocess.run(
-        [sys.executable, "-m", "taskstate", *args, "--all-map-indices"],
-        env=env, capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    proc = invoke(*args, "--all-map-indices", env=env)
     assert proc.returncode == 0, proc.stderr
     assert len([p for p in (tmp_path / "objects").rglob("*") if p.is_file()]) == 1
 

@@ -7,13 +7,14 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing.connection import Connection
-from multiprocessing.synchronize import Event
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
+from tests import spawned
+from tests.cli import invoke
 from tests.commit_proxy import commit_proxy
 from tests.pgbouncer_server import running_pgbouncer
 from tests.postgres_server import PostgresServer, free_port, running_server
@@ -89,15 +90,11 @@ def test_tables_are_prefixed_and_never_airflows(fresh_postgres_url: str) -> None
     }
 
 
-def _migrate(url: str) -> list[int]:
-    return PostgresBackend(url).migrate()
-
-
 def test_concurrent_migrations_apply_each_version_once(
     fresh_postgres_url: str, pg_route: Callable[[str], str]
 ) -> None:
     with mp.get_context("spawn").Pool(4) as pool:
-        results = pool.map(_migrate, [pg_route(fresh_postgres_url)] * 4)
+        results = pool.map(spawned.migrate, [pg_route(fresh_postgres_url)] * 4)
     # Each version once, by whichever migrator got there (an online index build runs between
     # transactions, so another migrator may record the version after it).
     assert sorted(v for applied in results for v in applied) == list(range(1, len(MIGRATIONS) + 1))
@@ -157,17 +154,10 @@ def test_transact_retries_when_the_connection_dies_before_commit(
     assert untimed(backend.get("ns", "n")) == Entry("42", None)
 
 
-def _increment(url: str, n: int) -> None:
-    with StateStore(url) as store:
-        accessor = store.task_state(TaskScope("dag", "run", "task"))
-        for _ in range(n):
-            accessor.update("counter", lambda v: v + 1, default=0)
-
-
 def test_update_from_8_processes_loses_nothing(lane_backend: PostgresBackend) -> None:
     url = lane_backend._conninfo
     with mp.get_context("spawn").Pool(8) as pool:
-        pool.starmap(_increment, [(url, 500)] * 8)
+        pool.starmap(spawned.increment, [(url, 500)] * 8)
     with StateStore(url) as store:
         assert store.task_state(TaskScope("dag", "run", "task")).get("counter") == 4000
 
@@ -193,17 +183,6 @@ def test_a_forked_child_opens_its_own_pool(backend_url: PostgresBackend) -> None
     assert untimed(backend.get("ns", "parent")) == Entry("2", None)
 
 
-def _write_forever(url: str, acks: str, stop: Event) -> None:
-    """Set k0, k1, ... and record each one only after `set` returned."""
-    with StateStore(url) as store, open(acks, "a", buffering=1) as log:
-        accessor = store.task_state(TaskScope("dag", "run", "writer"))
-        i = 0
-        while not stop.is_set():
-            accessor.set(f"k{i}", {"i": i, "pad": "x" * 100})
-            log.write(f"{i}\n")
-            i += 1
-
-
 def _wait_for_more_acks(path: Path, than: int, limit: float = 90.0) -> int:
     """Wait for 50 more acknowledged writes; a writer that died or hung fails the test, well
     inside the retry window plus an outage (30 s + a few seconds), not at pytest's timeout."""
@@ -222,7 +201,7 @@ def test_every_acknowledged_write_survives_server_restarts_and_crashes(
     acks.touch()
     ctx = mp.get_context("spawn")
     stop = ctx.Event()
-    writer = ctx.Process(target=_write_forever, args=(url, str(acks), stop))
+    writer = ctx.Process(target=spawned.write_forever, args=(url, str(acks), stop))
     writer.start()
     try:
         seen = _wait_for_more_acks(acks, 0)
@@ -435,15 +414,6 @@ def test_a_clear_whose_commit_aborted_with_the_connection_is_run_again(
     backend.close()
 
 
-def _count_up(url: str, acks: str, stop: Event) -> None:
-    """`update` +1 in a loop, recording each increment only after it returned."""
-    with StateStore(url) as store, open(acks, "a", buffering=1) as log:
-        accessor = store.task_state(TaskScope("dag", "run", "counter"))
-        while not stop.is_set():
-            accessor.update("n", lambda v: v + 1, default=0)
-            log.write("1\n")
-
-
 def test_updates_through_pgbouncer_stay_exact_when_it_is_killed(
     postgres_server: PostgresServer, fresh_postgres_url: str, tmp_path: Path
 ) -> None:
@@ -457,7 +427,9 @@ def test_updates_through_pgbouncer_stay_exact_when_it_is_killed(
         acks.touch()
         ctx = mp.get_context("spawn")
         stop = ctx.Event()
-        writers = [ctx.Process(target=_count_up, args=(url, str(acks), stop)) for _ in range(4)]
+        writers = [
+            ctx.Process(target=spawned.count_up, args=(url, str(acks), stop)) for _ in range(4)
+        ]
         for writer in writers:
             writer.start()
         try:
@@ -497,8 +469,7 @@ def test_cli_db_migrate_and_check_on_postgres(
     fresh_postgres_url: str, pg_route: Callable[[str], str]
 ) -> None:
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        cmd = [sys.executable, "-m", "taskstate", "--url", pg_route(fresh_postgres_url), *args]
-        return subprocess.run(cmd, capture_output=True, text=True, check=False)
+        return invoke("--url", pg_route(fresh_postgres_url), *args)  # in-process: tests/cli.py
 
     scope = ["--dag-id", "d", "--run-id", "r", "--task-id", "t"]
     before = run("task", "set", *scope, "k", "1")
