@@ -50,10 +50,12 @@ if TYPE_CHECKING:
     from taskstate.store import StateStore
 
 T = TypeVar("T")
-# Between lost races (412: another writer won): a few ms, doubling to a cap, jittered — long
-# enough for 64 writers on one key to spread out, short enough that a winner soon follows.
+# Between lost races (412: another writer won): decorrelated jitter (`Backoff`) from a few ms
+# to a cap — long enough for 64 writers on one key to spread out, short enough that a loser is
+# soon back; within a short retry window the cap is a share of it, so it still has attempts.
 RACE_FIRST_S = 0.002
 RACE_CAP_S = 0.2
+RACE_CAP_SHARE = 20
 
 
 class _Remote(_Accessor):
@@ -273,8 +275,10 @@ class _Remote(_Accessor):
         why = ""  # how that answer was lost
         backoff: Backoff | None = None  # made at the first lost race: none on the fast path
         attempt = 0
+        seen: tuple[StoredEntry | None] | None = None  # what the last 412 said won
         while True:
-            current = self.entry(key)
+            current = self.entry(key) if seen is None else seen[0]
+            seen = None
             mine = _write_id(current)
             if mine in results:  # a write whose answer was lost did land
                 return results[mine]
@@ -299,7 +303,8 @@ class _Remote(_Accessor):
             try:
                 self._http.send(self._put_request(key, text, fields, headers))
                 return result
-            except PreconditionFailedError:
+            except PreconditionFailedError as exc:
+                seen = exc.seen  # a server that sends the winner back spares the next GET
                 if self.hook is not None:
                     self.hook.retried()
             except OutcomeUnknownError as exc:
@@ -310,9 +315,9 @@ class _Remote(_Accessor):
                     why = str(exc)
             # Lost the race (or the answer): again after a pause, within the retry window.
             if backoff is None:
-                backoff = Backoff(
-                    self._http.retry_window, first_s=RACE_FIRST_S, cap_s=RACE_CAP_S, jitter=True
-                )
+                window = self._http.retry_window
+                cap = min(RACE_CAP_S, window / RACE_CAP_SHARE)
+                backoff = Backoff(window, first_s=min(RACE_FIRST_S, cap), cap_s=cap, jitter=True)
             if not backoff.pause():
                 raise BackendBusyError(
                     f"the taskstate server at {self._http.host}: key {key!r} in {self.scope} "
