@@ -689,7 +689,7 @@ async def _put(ctx: AppContext, request: Request, principal: Principal, a: Addre
 
 
 def _precondition_failed(exc: PreconditionFailedError, a: Address) -> Answer:
-    """412, with the key as the failed check found it in the write's transaction (`current`:
+    """412, with the key as the failed check found it (`current`:
     the entry as GET answers it, its `ETag`; null when absent): the client's next attempt
     needs no GET. Airflow's API has no conditional writes, so no Airflow client meets it. Left
     out (the client reads the key) when the store did not say, or the value is offloaded."""
