@@ -141,8 +141,8 @@ def test_a_conditional_write_that_already_fails_does_not_queue_on_the_keys_lock(
     open_store: Callable[[], StateStore],
 ) -> None:
     """A hot key over HTTP: while one writer holds the key's lock, a PUT whose If-Match is
-    already stale is 412 at once (with the entry it found, for the 412's `current`) instead of
-    waiting for the lock, holding a connection, to fail after it. A re-sent copy whose id is
+    already stale is 412 at once instead of waiting for the lock, holding a connection, to
+    fail after it. A re-sent copy whose id is
     recorded still gets its first outcome."""
     store = open_store()
     state = store.task_state(SCOPE)
@@ -161,11 +161,9 @@ def test_a_conditional_write_that_already_fails_does_not_queue_on_the_keys_lock(
     holder.start()
     try:
         assert holding.wait(30)
-        with pytest.raises(PreconditionFailedError) as failed:
+        with pytest.raises(PreconditionFailedError):
             state.write("hot", 3, if_match=stale, write_id="late")
         loser_done.set()
-        assert failed.value.seen is not None and failed.value.seen[0] is not None
-        assert etag_of(*failed.value.seen[0]) == landed.etag
     finally:
         release.set()
         holder.join()

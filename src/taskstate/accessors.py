@@ -398,17 +398,13 @@ class _Accessor:
             live = entry if entry is not None and is_live(entry.expires_at, now) else None
             if must_exist and live is None:
                 raise KeyNotFoundError(f"no key {key!r} in {self.scope}")
-            failed = None
             if if_none_match and live is not None:
-                failed = PreconditionFailedError(f"{key!r} already exists in {self.scope}")
-            elif if_match is not None and (live is None or etag_of(*live) != if_match):
-                failed = PreconditionFailedError(
+                raise PreconditionFailedError(f"{key!r} already exists in {self.scope}")
+            if if_match is not None and (live is None or etag_of(*live) != if_match):
+                raise PreconditionFailedError(
                     f"{key!r} in {self.scope} changed since it was read (etag {if_match!r} no "
                     "longer matches); read it again"
                 )
-            if failed is not None:
-                failed.seen = (live,)  # what won: the API's 412 sends it back
-                raise failed
             return live
 
         def step(entry: Entry | None) -> tuple[Entry, float | None]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 
 class TaskStateError(Exception):
     """Base of every error taskstate raises on purpose."""
@@ -85,13 +83,7 @@ class VersionNotFoundError(TaskStateError, KeyError):
 
 class PreconditionFailedError(TaskStateError, ValueError):
     """A conditional write's precondition (etag match, create-only) did not hold; nothing was
-    written. Read the key again and retry.
-
-    `seen` is the key as the failed check found it, when known: a 1-tuple holding the store's
-    row (an `Entry`; over HTTP the `StoredEntry` the server's 412 sent back) or None when the
-    key was absent. The HTTP API answers a 412 with it, so a retry needs no second read."""
-
-    seen: tuple[Any] | None = None
+    written. Read the key again and retry."""
 
 
 class BackendError(TaskStateError, RuntimeError):

@@ -275,10 +275,8 @@ class _Remote(_Accessor):
         why = ""  # how that answer was lost
         backoff: Backoff | None = None  # made at the first lost race: none on the fast path
         attempt = 0
-        seen: tuple[StoredEntry | None] | None = None  # what the last 412 said won
         while True:
-            current = self.entry(key) if seen is None else seen[0]
-            seen = None
+            current = self.entry(key)
             mine = _write_id(current)
             if mine in results:  # a write whose answer was lost did land
                 return results[mine]
@@ -303,8 +301,7 @@ class _Remote(_Accessor):
             try:
                 self._http.send(self._put_request(key, text, fields, headers))
                 return result
-            except PreconditionFailedError as exc:
-                seen = exc.seen  # a server that sends the winner back spares the next GET
+            except PreconditionFailedError:
                 if self.hook is not None:
                     self.hook.retried()
             except OutcomeUnknownError as exc:

@@ -69,9 +69,6 @@ EXACT_TOTAL: Final = "exact_total"
 TASK_ITEMS: Final = "task_state_store"
 ASSET_ITEMS: Final = "asset_state_store"
 DETAIL: Final = "detail"
-# A 412's body beside `detail`: the key as the failed check found it (the entry as GET answers
-# it, its ETag in the answer's `ETag`; null when absent), so a retry needs no second read.
-CURRENT: Final = "current"
 AS_OF: Final = "as_of"  # an ISO 8601 instant with its offset
 VERSION: Final = "version"
 VERSIONS: Final = "versions"
@@ -351,22 +348,10 @@ def detail_text(body: Any) -> str:
 
 
 def error_from_response(
-    status: int, error_name: str | None, body: Any, where: str, etag: str | None = None
-) -> errors.TaskStateError:
-    """The typed error for a refusal. `error_name` is the `X-Taskstate-Error` header (None
-    when absent), `body` the decoded JSON (or the text), `where` the server and route, `etag`
-    the answer's `ETag` header (a 412's: the current entry's)."""
-    error = _error_from_response(status, error_name, body, where)
-    sent = isinstance(body, dict) and CURRENT in body  # an older server's 412 has none
-    if sent and isinstance(error, errors.PreconditionFailedError):
-        current = body[CURRENT]
-        error.seen = (None if current is None else entry_from_json(current, unquoted(etag)),)
-    return error
-
-
-def _error_from_response(
     status: int, error_name: str | None, body: Any, where: str
 ) -> errors.TaskStateError:
+    """The typed error for a refusal. `error_name` is the `X-Taskstate-Error` header (None
+    when absent), `body` the decoded JSON (or the text), `where` the server and route."""
     detail = detail_text(body)
     kind = _BY_NAME.get(error_name or "")
     if status in (401, 403):

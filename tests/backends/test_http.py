@@ -690,57 +690,6 @@ def _proxied(
         httpd.shutdown()
 
 
-class _Counting(_LoseOneAnswer):
-    """A proxy that forwards everything and notes each request's method; with `old`, a 412
-    loses its `current` (as an older server's has none)."""
-
-    seen: ClassVar[list[str]] = []
-    old = False
-
-    def _forward(self) -> None:
-        type(self).seen.append(self.command)
-        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-        answer = httpx.request(self.command, self.target + self.path, content=body, headers=headers)
-        content, dropped = answer.content, {"transfer-encoding", "connection", "content-length"}
-        if answer.status_code == 412 and self.old:
-            content = json.dumps({"detail": answer.json()["detail"]}).encode()
-            dropped.add("etag")
-        self.send_response(answer.status_code)
-        for name, value in answer.headers.items():
-            if name.lower() not in dropped | {"date", "server"}:
-                self.send_header(name, value)
-        self.send_header("Content-Length", str(len(content)))
-        self.end_headers()
-        self.wfile.write(content)
-
-    do_GET = do_PUT = do_DELETE = _forward
-
-
-@pytest.mark.parametrize("old", [False, True], ids=["current-in-412", "older-server"])
-def test_a_lost_race_is_tried_again_from_the_412s_answer(served: Server, old: bool) -> None:
-    """The 412 carries the winner (value and ETag): the next attempt computes from it at once,
-    with no GET between; from a server whose 412 does not, the key is read again."""
-    _Counting.seen, _Counting.old = [], old
-    with _proxied(served, _Counting) as url:
-        state = _store(url).task_state(T)
-        rival = _store(served.url).task_state(T)
-        state.set("hot", 1)
-        given: list[int] = []
-
-        def add_one_while_a_rival_wins_once(value: int) -> int:
-            given.append(value)
-            if len(given) == 1:
-                rival.set("hot", 100)
-            return value + 1
-
-        _Counting.seen.clear()
-        assert state.update("hot", add_one_while_a_rival_wins_once) == 101
-        assert given == [1, 100]
-        assert _Counting.seen == (["GET", "PUT", "GET", "PUT"] if old else ["GET", "PUT", "PUT"])
-        assert rival.get("hot") == 101
-
-
 def test_a_lost_answer_to_an_update_does_not_apply_it_twice(served: Server) -> None:
     """The write id resolves the unknown outcome: fn's result once, the value once."""
     with _proxied(served, _LoseOneAnswer) as url:

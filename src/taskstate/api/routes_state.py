@@ -43,7 +43,6 @@ from taskstate.api.auth import Method, Principal, require_asset, require_task
 from taskstate.api.context import INT64, AppContext
 from taskstate.api.logs import AUDIT, audit
 from taskstate.api.routes_metrics import record
-from taskstate.backends.base import Row
 from taskstate.errors import (
     InvalidScopeError,
     KeyNotFoundError,
@@ -57,7 +56,6 @@ from taskstate.stored import etag_of, stored_ref
 from taskstate.wire import (
     AS_OF,
     ATOMIC_OPS,
-    CURRENT,
     EXPIRES_AT,
     EXPIRES_IN,
     MAX_WRITE_ID,
@@ -683,30 +681,7 @@ async def _put(ctx: AppContext, request: Request, principal: Principal, a: Addre
         entry = await call_store(ctx, lambda: accessor.write(a.key, body.value, **conditions))
     except KeyNotFoundError:
         raise PreconditionFailedError(f"If-Match: * but key {a.key!r} is absent") from None
-    except PreconditionFailedError as exc:
-        return _precondition_failed(exc, a)
     return 204, b"", [(b"etag", quoted(entry.etag).encode())]
-
-
-def _precondition_failed(exc: PreconditionFailedError, a: Address) -> Answer:
-    """412, with the key as the failed check found it (`current`:
-    the entry as GET answers it, its `ETag`; null when absent): the client's next attempt
-    needs no GET. Airflow's API has no conditional writes, so no Airflow client meets it. Left
-    out (the client reads the key) when the store did not say, or the value is offloaded."""
-    code, body, extra = errors.taskstate_error(exc)
-    headers = [(k.encode(), v.encode()) for k, v in extra.items()]
-    row = None if exc.seen is None else exc.seen[0]
-    if exc.seen is None or (
-        row is not None and (row.updated_at is None or stored_ref(row.value) is not None)
-    ):
-        return code, body, headers
-    current = b"null"
-    if row is not None:
-        found = Row("", a.key or "", row.value, row.expires_at, row.updated_at, row.updated_by)
-        current = entry_json(found, expiry=a.route == "task")
-        headers.append((b"etag", quoted(etag_of(*row)).encode()))
-    # `body` is `{"detail":...}`, compact: `current` (already JSON) goes in before its brace.
-    return code, body[:-1] + b',"' + CURRENT.encode() + b'":' + current + b"}", headers
 
 
 async def _patch(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:

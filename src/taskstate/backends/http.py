@@ -426,8 +426,9 @@ class HttpClient:
             return response
         if code >= 400 and (wire.ERROR_HEADER in response.headers or _is_json(response)):
             body: Any = _json_or_text(response)
-            name, etag = response.headers.get(wire.ERROR_HEADER), response.headers.get("etag")
-            raise wire.error_from_response(code, name, body, where, etag)
+            raise wire.error_from_response(
+                code, response.headers.get(wire.ERROR_HEADER), body, where
+            )
         if code == 407:
             self._proxy_refused("407")
         if code in (401, 403, 413) or code in TRANSIENT:
