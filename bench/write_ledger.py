@@ -4,7 +4,11 @@ serve` without a write id (nothing recorded: the path as it was before the ledge
 by request on one keep-alive connection each, in one process, against one server per store:
 SQLite, and PostgreSQL (its own instance, directly). Not in CI.
 
-    .venv/bin/python bench/write_ledger.py [--n 2000]
+    .venv/bin/python bench/write_ledger.py [--n 2000] [--plain]
+
+`--plain`: the same for a plain PUT (no If-Match), what `set` sends: without a write id (one
+upsert, the hot path) and with one (the ledger's path: the key locked, the id looked up and
+recorded) — what giving every `set` over HTTP an id would cost.
 
 Each side writes its own key, If-Match the ETag its previous PUT was answered with (so every
 PUT applies); the write ids are made before timing. History is on (the default, 20 versions).
@@ -66,8 +70,11 @@ def serving(url: str, root: Path) -> Iterator[int]:
         proc.wait()
 
 
-def conditional_put(port: str | int, key: str, ids: list[str] | None) -> Callable[[int], None]:
-    """PUT number i of `key`, If-Match the previous answer's ETag; with `ids[i]` as its id."""
+def conditional_put(
+    port: str | int, key: str, ids: list[str] | None, *, plain: bool = False
+) -> Callable[[int], None]:
+    """PUT number i of `key`, If-Match the previous answer's ETag (`plain`: no If-Match); with
+    `ids[i]` as its id."""
     conn = http.client.HTTPConnection("127.0.0.1", int(port))
     headers = {"Content-Type": "application/json", "Authorization": "Bearer t"}
     conn.request("PUT", PATH + key, BODY, headers)
@@ -76,7 +83,7 @@ def conditional_put(port: str | int, key: str, ids: list[str] | None) -> Callabl
     etag = [answer.getheader("etag") or ""]
 
     def put(i: int) -> None:
-        sent = {**headers, "If-Match": etag[0]}
+        sent = dict(headers) if plain else {**headers, "If-Match": etag[0]}
         if ids is not None:
             sent["X-Taskstate-Write-Id"] = ids[i]
         try:
@@ -97,6 +104,7 @@ def conditional_put(port: str | int, key: str, ids: list[str] | None) -> Callabl
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--plain", action="store_true", help="a plain PUT (set), not If-Match")
     args = parser.parse_args()
     started = meta()
     figures: dict[str, dict[str, float]] = {}
@@ -108,8 +116,8 @@ def main() -> None:
         for name, url in stores.items():
             with serving(url, root) as port:
                 ids = [uuid.uuid4().hex for _ in range(args.n)]
-                plain = conditional_put(port, "plain", None)
-                recorded = conditional_put(port, "recorded", ids)
+                plain = conditional_put(port, "plain", None, plain=args.plain)
+                recorded = conditional_put(port, "recorded", ids, plain=args.plain)
                 for i in range(min(100, args.n)):  # warm up both sides
                     plain(i)
                     recorded(i)
@@ -120,7 +128,8 @@ def main() -> None:
                     "id_p95_us": r95, "ratio_p50": r50 / p50, "ratio_p95": r95 / p95,
                 }  # fmt: skip
     load = os.getloadavg()
-    print(f"conditional PUT over HTTP, {args.n} interleaved pairs, history on; load {load[0]:.2f}")
+    what = "plain" if args.plain else "conditional"
+    print(f"{what} PUT over HTTP, {args.n} interleaved pairs, history on; load {load[0]:.2f}")
     print("| store | no write id p50 / p95 µs | write id recorded p50 / p95 µs | ratio p50 / p95 |")
     print("|---|---|---|---|")
     for name, f in figures.items():
@@ -129,7 +138,8 @@ def main() -> None:
             f"| {f['id_p50_us']:.0f} / {f['id_p95_us']:.0f} "
             f"| {f['ratio_p50']:.2f} / {f['ratio_p95']:.2f} |"
         )
-    save("write_ledger", figures, command=f"bench/write_ledger.py --n {args.n}", started=started)
+    name, flag = ("write_ledger_plain", " --plain") if args.plain else ("write_ledger", "")
+    save(name, figures, command=f"bench/write_ledger.py --n {args.n}{flag}", started=started)
 
 
 if __name__ == "__main__":

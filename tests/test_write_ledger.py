@@ -137,6 +137,40 @@ def test_a_resent_conditional_write_gets_the_first_outcome_even_when_its_conditi
     assert state.get("lease") is None and state.get("other") is None
 
 
+def test_a_conditional_write_that_already_fails_does_not_queue_on_the_keys_lock(
+    open_store: Callable[[], StateStore],
+) -> None:
+    """A hot key over HTTP: while one writer holds the key's lock, a PUT whose If-Match is
+    already stale is 412 at once instead of waiting for the lock, holding a connection, to
+    fail after it. A re-sent copy whose id is
+    recorded still gets its first outcome."""
+    store = open_store()
+    state = store.task_state(SCOPE)
+    stale = state.write("hot", 1).etag
+    landed = state.write("hot", 2, if_match=stale, write_id="first")
+    holding, release, loser_done = threading.Event(), threading.Event(), threading.Event()
+    seen_done: list[bool] = []
+
+    def hold(value: int) -> int:
+        holding.set()
+        release.wait(10)  # the loser, if it queued on the lock, is stuck until this runs out
+        seen_done.append(loser_done.is_set())
+        return value
+
+    holder = threading.Thread(target=lambda: open_store().task_state(SCOPE).update("hot", hold))
+    holder.start()
+    try:
+        assert holding.wait(30)
+        with pytest.raises(PreconditionFailedError):
+            state.write("hot", 3, if_match=stale, write_id="late")
+        loser_done.set()
+    finally:
+        release.set()
+        holder.join()
+    assert seen_done == [True]  # answered while the lock was held
+    assert state.write("hot", 2, if_match=stale, write_id="first").etag == landed.etag
+
+
 def test_clean_forgets_write_ids_past_the_horizon_in_batches(
     open_store: Callable[[], StateStore], clock: Clock
 ) -> None:

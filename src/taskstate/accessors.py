@@ -393,7 +393,8 @@ class _Accessor:
                 return self._expiry(None, now)
             return self._absolute(expires_at, now)
 
-        def step(entry: Entry | None) -> tuple[Entry, float | None]:
+        def check(entry: Entry | None) -> Entry | None:
+            """The live entry, if the preconditions hold of it; else raises."""
             live = entry if entry is not None and is_live(entry.expires_at, now) else None
             if must_exist and live is None:
                 raise KeyNotFoundError(f"no key {key!r} in {self.scope}")
@@ -404,8 +405,14 @@ class _Accessor:
                     f"{key!r} in {self.scope} changed since it was read (etag {if_match!r} no "
                     "longer matches); read it again"
                 )
-            new = expiry(live)
+            return live
+
+        def step(entry: Entry | None) -> tuple[Entry, float | None]:
+            new = expiry(check(entry))
             return Entry(text, new, self._writer), new
+
+        if if_match is not None or if_none_match:
+            self._fail_early(key, check, write_id)
 
         try:
             if (
@@ -428,6 +435,22 @@ class _Accessor:
             raise
         etag = etag_of(text, written, self._writer, now)
         return StoredEntry(key, value, now, written, self._writer_dict, etag)
+
+    def _fail_early(
+        self, key: str, check: Callable[[Entry | None], object], write_id: str | None
+    ) -> None:
+        """A conditional write whose precondition already fails, unlocked, fails here: under
+        contention (many writers racing one key over HTTP) the losers then never queue on the
+        key's lock, each holding a database connection, behind the one that wins. A request
+        whose id the ledger may hold (a re-sent copy) goes on: its transaction answers it."""
+        try:
+            check(self._backend.get(self._ns, key))
+        except PreconditionFailedError:
+            recorded = self._backend.records_writes and write_id is not None
+            if not recorded or not self._backend.may_be_recorded(write_id or ""):
+                raise
+        except KeyNotFoundError:
+            pass  # `must_exist`: its 404 comes from the transaction, as before
 
     def _absolute(self, expires: float | None, now: float) -> float | None:
         return expires

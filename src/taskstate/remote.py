@@ -50,10 +50,12 @@ if TYPE_CHECKING:
     from taskstate.store import StateStore
 
 T = TypeVar("T")
-# Between lost races (412: another writer won): a few ms, doubling to a cap, jittered — long
-# enough for 64 writers on one key to spread out, short enough that a winner soon follows.
+# Between lost races (412: another writer won): decorrelated jitter (`Backoff`) from a few ms
+# to a cap — long enough for 64 writers on one key to spread out, short enough that a loser is
+# soon back; within a short retry window the cap is a share of it, so it still has attempts.
 RACE_FIRST_S = 0.002
 RACE_CAP_S = 0.2
+RACE_CAP_SHARE = 20
 
 
 class _Remote(_Accessor):
@@ -310,9 +312,9 @@ class _Remote(_Accessor):
                     why = str(exc)
             # Lost the race (or the answer): again after a pause, within the retry window.
             if backoff is None:
-                backoff = Backoff(
-                    self._http.retry_window, first_s=RACE_FIRST_S, cap_s=RACE_CAP_S, jitter=True
-                )
+                window = self._http.retry_window
+                cap = min(RACE_CAP_S, window / RACE_CAP_SHARE)
+                backoff = Backoff(window, first_s=min(RACE_FIRST_S, cap), cap_s=cap, jitter=True)
             if not backoff.pause():
                 raise BackendBusyError(
                     f"the taskstate server at {self._http.host}: key {key!r} in {self.scope} "

@@ -1,4 +1,6 @@
-"""The one retry pacing the SQL backends share: exponential backoff within a bounded window."""
+"""The one retry pacing: backoff within a bounded window. The SQL backends, the HTTP
+transport's retry (`backends/http.Retry`) and a lost race over HTTP (`remote._atomic`) all
+wait through it; each keeps only its own rule for what may be tried again and what it raises."""
 
 from __future__ import annotations
 
@@ -7,40 +9,65 @@ import time
 
 
 class Backoff:
-    """Pace retries: call `pause()` after each failed attempt; it sleeps and returns True while
-    another attempt fits in the window, False once the caller should give up.
+    """Pace retries: call `pause()` (or `next_wait()`, to sleep yourself) after each failed
+    attempt; it returns True (a wait) while the window has time left, False (None) once the
+    caller should give up. The last wait is cut to the window's end, so one attempt is made at
+    its very end rather than giving up early.
 
-    The window starts at the first failure, so time spent succeeding before it is not counted.
+    The window starts at the first failure, so time spent succeeding before it is not counted;
+    `started=` (a `time.monotonic()` instant) starts it earlier (a request's whole life).
+
+    Without jitter the wait doubles from `first_s` up to `cap_s`. With `jitter` it is
+    "decorrelated jitter": each wait drawn from [first_s, 3 × the last one], at most `cap_s`.
+    Writers that failed together (lost the same race, saw the same outage) draw apart at once
+    and stay apart, and a wait can shrink again, so a writer that lost a few times is not
+    pushed behind every newcomer for the rest of the window (plain doubling does that).
     """
 
     def __init__(
-        self, window_s: float, *, first_s: float = 0.05, cap_s: float = 2.0, jitter: bool = False
+        self,
+        window_s: float,
+        *,
+        first_s: float = 0.05,
+        cap_s: float = 2.0,
+        jitter: bool = False,
+        started: float | None = None,
     ) -> None:
         self.window_s = window_s
         self.attempts = 0
+        self._first = first_s
         self._delay = first_s
         self._cap = cap_s
-        # Jitter spreads the waits of writers that lost the same race (0.5–1.5× the delay),
-        # so they do not all come back together and collide again.
         self._jitter = jitter
-        self._deadline: float | None = None
-        self._started = 0.0
+        self._started = time.monotonic() if started is None else started
+        self._deadline: float | None = None if started is None else started + window_s
 
     def elapsed(self) -> float:
-        """Seconds since the first failure (0 before it)."""
+        """Seconds since the window started (0 before the first failure)."""
         return 0.0 if self._deadline is None else time.monotonic() - self._started
 
-    def pause(self) -> bool:
-        """Sleep before the next attempt (doubling from `first_s` up to `cap_s`) and return
-        True, or return False without sleeping when that would end past the window."""
+    def next_wait(self) -> float | None:
+        """Count a failed attempt; the seconds to wait before the next one (cut to the
+        window's end), or None once the window is over."""
         self.attempts += 1
         now = time.monotonic()
         if self._deadline is None:
             self._started = now
             self._deadline = now + self.window_s
-        wait = self._delay * (0.5 + random.random()) if self._jitter else self._delay
-        if now + wait > self._deadline:
+        remaining = self._deadline - now
+        if remaining <= 0:
+            return None
+        if self._jitter:
+            wait = self._delay = min(self._cap, random.uniform(self._first, 3 * self._delay))
+        else:
+            wait, self._delay = self._delay, min(self._delay * 2, self._cap)
+        return min(wait, remaining)
+
+    def pause(self) -> bool:
+        """Sleep before the next attempt and return True, or return False without sleeping
+        once the window is over."""
+        wait = self.next_wait()
+        if wait is None:
             return False
         time.sleep(wait)
-        self._delay = min(self._delay * 2, self._cap)
         return True

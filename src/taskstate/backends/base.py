@@ -261,6 +261,12 @@ class StateBackend(ABC):
         """Delete up to `limit` ledger entries recorded before `before` (epoch seconds)."""
         return 0
 
+    def may_be_recorded(self, write_id: str) -> bool:
+        """Whether the ledger may hold `write_id`, read outside any transaction (a hint that
+        lets a doomed conditional write fail before it locks the key; the write's own
+        transaction decides). True when this backend cannot tell."""
+        return True
+
     # A write locks the whole store (SQLite's file lock), so cleanup pauses between its batches
     # for the writers queued behind one.
     store_write_lock: bool = False

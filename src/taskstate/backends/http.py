@@ -45,7 +45,6 @@ import http.client
 import ipaddress
 import json
 import os
-import random
 import select
 import socket
 import ssl
@@ -59,6 +58,7 @@ from urllib.parse import quote, unquote, urlencode, urlsplit
 from urllib.request import getproxies_environment
 
 from taskstate import wire
+from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import Entry, Row, SchemaStatus, StateBackend
 from taskstate.errors import (
     BackendUnavailableError,
@@ -72,6 +72,9 @@ from taskstate.settings import credential
 from taskstate.values import encode_value
 
 TRANSIENT = frozenset({408, 429, 502, 503, 504})
+# The transport's pacing between re-sends (an outage, a restart): from 0.1 s up to 2 s.
+RETRY_FIRST_S = 0.1
+RETRY_CAP_S = 2.0
 
 
 class Request:
@@ -450,13 +453,15 @@ class HttpClient:
 
 
 class Retry:
-    """Backoff with jitter inside a bounded window, then `BackendUnavailableError`."""
+    """What may be sent again, paced by `Backoff` (jittered, 0.1 s growing to 2 s) inside a
+    window counted from the request's start; then `BackendUnavailableError`."""
 
     def __init__(self, host: str, window: float) -> None:
         self.host = host
         self.window = window
-        self.deadline = time.monotonic() + window
-        self.delay = 0.1
+        self._backoff = Backoff(
+            window, first_s=RETRY_FIRST_S, cap_s=RETRY_CAP_S, jitter=True, started=time.monotonic()
+        )
         self.unknown = ""  # how a write re-sent with its id lost an answer (it may have landed)
 
     def after(self, failure: NoAnswer, idempotent: bool, resend: bool = False) -> float:
@@ -514,21 +519,19 @@ class Retry:
         return self._wait(what)
 
     def _wait(self, what: str) -> float:
-        remaining = self.deadline - time.monotonic()
-        if remaining <= 0 and self.unknown:
+        wait = self._backoff.next_wait()
+        if wait is None and self.unknown:
             raise OutcomeUnknownError(
                 f"the taskstate server at {self.host} did not answer a write ({self.unknown}), "
                 f"re-sent with its write id for {self.window:g} s (last: {what}); it may or may "
                 "not have been applied, and it was applied at most once. Read the key to see"
             )
-        if remaining <= 0:
+        if wait is None:
             tried = f" after retrying for {self.window:g} s" if self.window else ""
             raise BackendUnavailableError(
                 f"the taskstate server at {self.host} is unavailable ({what}){tried}; check "
                 "that it runs and that this machine reaches it ([state_store] taskstate_url)"
             )
-        wait = min(self.delay * (0.5 + random.random()), remaining)
-        self.delay = min(self.delay * 2, 2.0)
         return wait
 
 

@@ -755,6 +755,16 @@ class PostgresBackend(HistoryBackend):
 
         return self._run(op)
 
+    def may_be_recorded(self, write_id: str) -> bool:
+        """As `StateBackend.may_be_recorded`: one prepared SELECT of the ledger."""
+
+        def op(conn: _Connection) -> bool:
+            cursor = conn.hot()
+            cursor.execute(_RECORDED, (write_id,), prepare=True)
+            return cursor.fetchone() is not None
+
+        return self._run(op)
+
     def set(
         self,
         namespace: str,

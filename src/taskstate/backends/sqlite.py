@@ -635,6 +635,11 @@ class SQLiteBackend(HistoryBackend):
         return None if row is None else Entry(*row)
 
     @_typed_errors
+    def may_be_recorded(self, write_id: str) -> bool:
+        """As `StateBackend.may_be_recorded`: one primary-key SELECT of the ledger."""
+        return self._conn().execute(_RECORDED, (write_id,)).fetchone() is not None
+
+    @_typed_errors
     def set(
         self,
         namespace: str,
