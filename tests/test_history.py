@@ -318,9 +318,9 @@ def _version_rows(url: str) -> tuple[int, int]:
 
 
 def test_writes_trim_in_batches_and_reads_never_see_past_the_window(url: str) -> None:
-    """A write trims its key's versions past the number kept (a SQLite `set` every 16th
-    version, in one DELETE): the table holds fewer than kept + 16 of a key, and no read sees
-    past the kept number."""
+    """A write trims its key's versions past the number kept every 16th version, in one
+    DELETE: the table holds fewer than kept + 16 of a key, and no read sees past the kept
+    number."""
     clock = Clock()
     store = local(url, clock, history_versions=3)
     state = store.task_state(SCOPE)
@@ -330,13 +330,23 @@ def test_writes_trim_in_batches_and_reads_never_see_past_the_window(url: str) ->
         clock.tick()
         count, oldest = _version_rows(url)
         assert count < 3 + 16
-        if n == 9:  # on SQLite versions 1-10 are there; 1-7 are past the window
-            assert oldest == (1 if url.startswith("sqlite") else 8)
+        if n == 9:  # versions 1-10 are there; 1-7 are past the window
+            assert oldest == 1
             assert [v.version for v in state.history("k", 10)] == [10, 9, 8]
             with pytest.raises(HistoryUnavailableError):
                 state.get("k", as_of=first)
             with pytest.raises(VersionNotFoundError):
                 state.restore("k", 7)
+        if n == 15:  # version 16 trimmed 1-13
+            assert oldest == 14
+    # Every 16th version a deletion (and a delete between sets): the deletions trim too.
+    for n in range(100, 160):  # versions 101-160; 112, 128, 144, 160 deletions
+        if n % 16 == 15:
+            state.delete("k")
+        else:
+            state.set("k", n)
+        assert _version_rows(url)[0] < 3 + 16
+    assert [v.op for v in state.history("k")] == ["delete", "set", "set"]
 
 
 def test_sqlite_history_written_at_the_previous_schema_migrates_with_its_numbers(
@@ -555,7 +565,7 @@ def test_postgres_as_of_seeks_the_at_index_in_custom_and_generic_plans(
         store.migrate()
     namespace = SCOPE.namespace
     sql = postgres._VERSIONS_AT
-    for name, number in (("ns", 1), ("key", 2), ("at", 3), ("limit", 4)):
+    for name, number in (("ns", 1), ("key", 2), ("at", 3), ("limit", 4), ("keep", 5)):
         sql = sql.replace(f"%({name})s", f"${number}")
     with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
         conn.execute(
@@ -565,13 +575,15 @@ def test_postgres_as_of_seeks_the_at_index_in_custom_and_generic_plans(
             (namespace,),
         )
         conn.execute("ANALYZE taskstate_versions")
-        conn.execute(f"PREPARE as_of(text, text, float8, int) AS {sql}")
+        conn.execute(f"PREPARE as_of(text, text, float8, int, int) AS {sql}")
         literal = namespace.replace("'", "''")
         for mode in ("force_custom_plan", "force_generic_plan"):
             conn.execute(f"SET plan_cache_mode = {mode}")
             plan = "\n".join(
                 row[0]
-                for row in conn.execute(f"EXPLAIN EXECUTE as_of('{literal}', 'k7', 1025000.5, 1)")
+                for row in conn.execute(
+                    f"EXPLAIN EXECUTE as_of('{literal}', 'k7', 1025000.5, 1, 20)"
+                )
             )
             assert "Index Scan Backward using taskstate_versions_at" in plan, (mode, plan)
             assert "Sort" not in plan, (mode, plan)

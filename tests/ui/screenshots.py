@@ -23,23 +23,24 @@ from tests.ui.browser import DESKTOP, PHONE, launched
 from taskstate import StateStore
 from taskstate.api.serve import standalone_app
 from taskstate.scope import AssetScope, TaskScope
+from taskstate.writers import task_writer
 
 IMAGES = Path(__file__).resolve().parents[2] / "docs" / "images"
 
 
 def example_state(store: StateStore) -> None:
     load = TaskScope("orders_etl", "scheduled__2026-12-01T00:00:00+00:00", "load", -1)
-    state = store.task_state(load)
+    state = store.task_state(load, writer=task_writer(load, 1))  # as inside Airflow: the try
     state.set("job", {"id": "emr-7f3a", "submitted_at": "2026-12-01T00:04:11Z"})
     state.set("offset", 48213)
     state.set("batches", {"done": list(range(40)), "failed": [], "source": "s3://lake/orders/"})
     state.set("note", "resumed after the worker was lost", retention=timedelta(days=2))
     for index in range(3):
         mapped = TaskScope("orders_etl", load.run_id, "export", index)
-        store.task_state(mapped).set("cursor", {"page": 10 * index + 3})
-    writer = {"kind": "task", "dag_id": "orders_etl", "run_id": load.run_id,
-              "task_id": "load", "map_index": -1}  # fmt: skip
-    asset = store.asset_state(AssetScope(name="orders"), writer=writer)
+        store.task_state(mapped, writer=task_writer(mapped, 1)).set(
+            "cursor", {"page": 10 * index + 3}
+        )
+    asset = store.asset_state(AssetScope(name="orders"), writer=task_writer(load, 1))
     asset.set("watermark", "2026-12-01T00:00:00Z")
     asset.set("rows_total", 1_204_331)
 
@@ -112,7 +113,7 @@ def conflict_and_dark(browser: Browser, ui: str, store: StateStore) -> None:
 def history_panel(browser: Browser, ui: str, store: StateStore) -> None:
     """A key's history panel after a bad write from the command line (docs/history.md)."""
     load = TaskScope("orders_etl", "scheduled__2026-12-01T00:00:00+00:00", "load", -1)
-    store.task_state(load).set("offset", 48377)
+    store.task_state(load, writer=task_writer(load, 2)).set("offset", 48377)
     cli = {"kind": "api", "via": "cli", "user": "alice"}
     store.task_state(load, writer=cli).set("offset", 0)  # the bad write
     context = browser.new_context(viewport=DESKTOP)
@@ -129,7 +130,7 @@ def history_diff(browser: Browser, ui: str, store: StateStore) -> None:
     """Two versions of a structured value compared in the History panel, light and dark."""
     load = TaskScope("orders_etl", "scheduled__2026-12-01T00:00:00+00:00", "load", -1)
     batches = {"done": list(range(41)), "failed": [41], "source": "s3://lake/orders/"}
-    store.task_state(load).set("batches", batches)
+    store.task_state(load, writer=task_writer(load, 2)).set("batches", batches)
     shots = (("light", "ui-serve-history-diff"), ("dark", "ui-serve-history-diff-dark"))
     for scheme, name in shots:
         context = browser.new_context(viewport=DESKTOP, color_scheme=scheme)  # type: ignore[arg-type]
@@ -151,7 +152,9 @@ def restore_as_of(browser: Browser, ui: str, store: StateStore) -> None:
     time.sleep(max(0.0, good - time.time()) + 0.05)
     cli = {"kind": "api", "via": "cli", "user": "alice"}
     store.task_state(load, writer=cli).clear()  # the mistake
-    store.task_state(load).set("job", {"id": "emr-9b01", "submitted_at": "2026-12-01T09:12:40Z"})
+    store.task_state(load, writer=task_writer(load, 3)).set(
+        "job", {"id": "emr-9b01", "submitted_at": "2026-12-01T09:12:40Z"}
+    )
     context = browser.new_context(viewport=DESKTOP)
     page = context.new_page()
     task = "?dag_id=orders_etl&run_id=scheduled__2026-12-01T00:00:00%2B00:00&task_id=load"
