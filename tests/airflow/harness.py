@@ -11,7 +11,7 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,13 @@ TEST_DAGS = Path(__file__).resolve().parent / "dags"
 EXAMPLE_DAGS = REPO / "examples" / "dags"
 DATE = "2025-01-01"
 _FINISHED = re.compile(r"DagRun Finished: dag_id=(\S+?),.*?state=(\w+)")
+# One `airflow dags test` of a batch: dag_id, logical date (or None), extra env, expected state.
+DagsTest = tuple[str, str | None, Mapping[str, str], str]
+CLI_BATCH = Path(__file__).resolve().parent / "cli_batch.py"
+_BATCHED = re.compile(
+    r"^===== taskstate-cli-batch (\d+) start\n(.*?)^===== taskstate-cli-batch \1 end rc=(-?\d+)$",
+    re.MULTILINE | re.DOTALL,
+)
 
 
 def versions() -> list[str]:
@@ -167,6 +174,26 @@ class AirflowHome:
             )
         return output
 
+    def airflow_batch(
+        self, commands: Iterable[tuple[Sequence[str], Mapping[str, str]]], timeout: float = 1800
+    ) -> list[tuple[int, str]]:
+        """(exit code, output) of each `airflow` command (its arguments, its extra env), all
+        run in one process (tests/airflow/cli_batch.py): one Airflow import for the lot."""
+        batch = [{"argv": list(argv), "env": dict(env)} for argv, env in commands]
+        proc = subprocess.run(
+            [str(self.env / "bin" / "python"), str(CLI_BATCH), json.dumps(batch)],
+            env=self.environ, cwd=self.home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=timeout,
+        )  # fmt: skip
+        with (self.home / "airflow-cli.log").open("a") as f:
+            f.write(f"\n===== airflow batch {batch} (rc={proc.returncode})\n{proc.stdout}")
+        found = {int(n): (int(rc), out) for n, out, rc in _BATCHED.findall(proc.stdout)}
+        if proc.returncode != 0 or sorted(found) != list(range(len(batch))):
+            raise AssertionError(
+                f"airflow batch failed ({proc.returncode}):\n{proc.stdout[-6000:]}"
+            )
+        return [found[n] for n in range(len(batch))]
+
     def python(self, *args: str, env: Mapping[str, str] = {}) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
             [str(self.env / "bin" / "python"), *args],
@@ -191,6 +218,21 @@ class AirflowHome:
     ) -> str:
         dated = [date] if date else []
         output = self.airflow("dags", "test", dag_id, *dated, env=env, check=False)
+        return self._finished(dag_id, output, expect)
+
+    def dags_tests(self, runs: Iterable[DagsTest]) -> list[str]:
+        """The output of each `airflow dags test` (dag_id, date or None, extra env, expected
+        state), all in one process (`airflow_batch`), each checked as `dags_test` checks one."""
+        runs = list(runs)
+        commands = [(["dags", "test", d, *([date] if date else [])], env) for d, date, env, _ in runs]
+        return [
+            self._finished(dag_id, output, expect)
+            for (dag_id, _, _, expect), (_, output) in zip(
+                runs, self.airflow_batch(commands), strict=True
+            )
+        ]
+
+    def _finished(self, dag_id: str, output: str, expect: str) -> str:
         states = [s for d, s in _FINISHED.findall(output) if d == dag_id]
         assert states and states[-1] == expect, (
             f"{dag_id} on Airflow {self.version}: run {states or 'never finished'}, "
