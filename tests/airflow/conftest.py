@@ -8,10 +8,12 @@ from collections.abc import Iterator
 import pytest
 from tests.airflow.deployment import Deployments
 from tests.airflow.harness import (
+    DATE,
     EXAMPLE_DAGS,
     MIGRATE_TIMEOUT,
     TEST_DAGS,
     AirflowHome,
+    DagsTest,
     not_selected,
     pinned,
     versions,
@@ -86,6 +88,36 @@ def airflow_home(
     if version == "none":
         pytest.skip(not_selected(v for v in pinned() if _below_33(v)))
     yield AirflowHome(version, tmp_path_factory.mktemp(f"airflow-{version}"), DAG_FILES)
+
+
+# The `airflow dags test` runs that test_dags.py and test_executors.py read, all in one process
+# per version (AirflowHome.dags_tests): each is a fresh run of its DAG, in a process that has
+# run others before it. Runs whose claim needs taskstate settings of their own (its store is
+# per process) start their own process instead.
+DAG_RUNS: dict[str, DagsTest] = {
+    "ts_inject": ("ts_inject", None, {}, "success"),
+    "ts_rerun": ("ts_rerun", DATE, {"TS_ITEMS": '["a", "b"]'}, "success"),
+    "etl_with_checkpoint": ("etl_with_checkpoint", None, {}, "success"),
+    "process_partitions": ("process_partitions", None, {}, "success"),
+    "producer": ("producer", None, {}, "success"),
+    "consumer": ("consumer", None, {}, "success"),
+    "batch_jobs": ("batch_jobs", None, {}, "success"),
+    # test_executors.py: not refused under a distributed executor's config.
+    "etl_under_celery": (
+        "etl_with_checkpoint", "2025-03-03", {"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"},
+        "success",
+    ),
+}  # fmt: skip
+_dag_runs: dict[str, dict[str, str]] = {}
+
+
+@pytest.fixture
+def dag_runs(airflow_home: AirflowHome) -> dict[str, str]:
+    """The output of each of DAG_RUNS' `dags test` in `airflow_home` (run on first use)."""
+    if airflow_home.version not in _dag_runs:
+        outputs = airflow_home.dags_tests(DAG_RUNS.values())
+        _dag_runs[airflow_home.version] = dict(zip(DAG_RUNS, outputs, strict=True))
+    return _dag_runs[airflow_home.version]
 
 
 def native() -> list[str]:

@@ -224,13 +224,23 @@ class AirflowHome:
         """The output of each `airflow dags test` (dag_id, date or None, extra env, expected
         state), all in one process (`airflow_batch`), each checked as `dags_test` checks one."""
         runs = list(runs)
-        commands = [(["dags", "test", d, *([date] if date else [])], env) for d, date, env, _ in runs]
+        commands = [
+            (["dags", "test", dag, *([day] if day else [])], env) for dag, day, env, _ in runs
+        ]
         return [
             self._finished(dag_id, output, expect)
             for (dag_id, _, _, expect), (_, output) in zip(
                 runs, self.airflow_batch(commands), strict=True
             )
         ]
+
+    @staticmethod
+    def finished_run_id(dag_id: str, output: str) -> str:
+        """The run id of the run of `dag_id` that `dags test` printed as finished in `output`."""
+        (run_id,) = re.findall(
+            rf"DagRun Finished: dag_id={re.escape(dag_id)},.*?run_id=(\S+?),", output
+        )
+        return str(run_id)
 
     def _finished(self, dag_id: str, output: str, expect: str) -> str:
         states = [s for d, s in _FINISHED.findall(output) if d == dag_id]
@@ -250,15 +260,18 @@ class AirflowHome:
                 for row in store.backend.scan(task_prefix(dag_id))
             }
 
-    def task_states(self, dag_id: str, task_id: str) -> dict[int, dict[str, Any]]:
-        """map_index -> {key: value} for `task_id`'s state in the DAG's (only) run."""
+    def task_states(
+        self, dag_id: str, task_id: str, run_id: str | None = None
+    ) -> dict[int, dict[str, Any]]:
+        """map_index -> {key: value} for `task_id`'s state in the DAG's (only) run, or in
+        `run_id`."""
         found: dict[int, dict[str, Any]] = {}
         runs = set()
         with self.store() as store:
             for row in store.backend.scan(task_prefix(dag_id)):
                 scope = parse_namespace(row.namespace)
                 assert isinstance(scope, TaskScope)
-                if scope.task_id == task_id:
+                if scope.task_id == task_id and run_id in (None, scope.run_id):
                     runs.add(scope.run_id)
                     found.setdefault(scope.map_index, {})[row.key] = store.load_value(row.value)
         assert len(runs) <= 1, f"state of {dag_id}.{task_id} under several runs: {runs}"
