@@ -135,6 +135,29 @@ def native_home(
     yield AirflowHome(request.param, tmp_path_factory.mktemp(f"airflow-{request.param}"), DAG_FILES)
 
 
+# The same for Airflow 3.3+'s own store (test_coexistence.py, test_native_mode.py): its store
+# is Airflow's, so one process may run them all.
+NATIVE_RUNS: dict[str, DagsTest] = {
+    "ts_coexist": ("ts_coexist", None, {}, "success"),
+    **{
+        dag_id: (dag_id, None, {}, "success")
+        for dag_id in ("etl_with_checkpoint", "process_partitions", "producer", "consumer",
+                       "batch_jobs")
+    },
+    "ts_mode": ("ts_mode", None, {}, "failed"),  # native mode: a taskstate-only method fails
+}  # fmt: skip
+_native_runs: dict[str, dict[str, str]] = {}
+
+
+@pytest.fixture
+def native_runs(native_home: AirflowHome) -> dict[str, str]:
+    """The output of each of NATIVE_RUNS' `dags test` in `native_home` (run on first use)."""
+    if native_home.version not in _native_runs:
+        outputs = native_home.dags_tests(NATIVE_RUNS.values())
+        _native_runs[native_home.version] = dict(zip(NATIVE_RUNS, outputs, strict=True))
+    return _native_runs[native_home.version]
+
+
 @pytest.fixture(scope="session")
 def deployments(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Deployments]:
     """Running Airflow deployments (api-server/webserver + scheduler + plugin), one per version,
