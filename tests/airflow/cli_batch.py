@@ -1,7 +1,7 @@
 """Several `airflow` CLI commands in one Python process, one after another, each as `airflow`'s
 own entry point runs it (its parser, then the command's function): a lane pays Airflow's import
-(2 CPU seconds on 3.2 with bytecode, 5 without) once for the batch instead of once per command. Run with an Airflow
-env's python (tests/airflow/harness.py, `AirflowHome.airflow_batch`):
+(2 CPU seconds on 3.2 with bytecode, 5 without) once for the batch instead of once per
+command. Run with an Airflow env's python (tests/airflow/harness.py, `AirflowHome.airflow_batch`):
 
     python cli_batch.py '[{"argv": ["dags", "test", "ts_inject"], "env": {}}, ...]'
 
