@@ -108,16 +108,21 @@ DAG_RUNS: dict[str, DagsTest] = {
         "success",
     ),
 }  # fmt: skip
-_dag_runs: dict[str, dict[str, str]] = {}
+_made: dict[tuple[str, str], dict[str, str]] = {}  # (version, name) -> {run: output}
+
+
+def _runs_made(home: AirflowHome, name: str, runs: dict[str, DagsTest]) -> dict[str, str]:
+    """The output of each of `runs`' `dags test` in `home`, all run on first use."""
+    if (home.version, name) not in _made:
+        outputs = home.dags_tests(runs.values())
+        _made[home.version, name] = dict(zip(runs, outputs, strict=True))
+    return _made[home.version, name]
 
 
 @pytest.fixture
 def dag_runs(airflow_home: AirflowHome) -> dict[str, str]:
-    """The output of each of DAG_RUNS' `dags test` in `airflow_home` (run on first use)."""
-    if airflow_home.version not in _dag_runs:
-        outputs = airflow_home.dags_tests(DAG_RUNS.values())
-        _dag_runs[airflow_home.version] = dict(zip(DAG_RUNS, outputs, strict=True))
-    return _dag_runs[airflow_home.version]
+    """DAG_RUNS' outputs in `airflow_home`."""
+    return _runs_made(airflow_home, "DAG_RUNS", DAG_RUNS)
 
 
 def native() -> list[str]:
@@ -146,16 +151,12 @@ NATIVE_RUNS: dict[str, DagsTest] = {
     },
     "ts_mode": ("ts_mode", None, {}, "failed"),  # native mode: a taskstate-only method fails
 }  # fmt: skip
-_native_runs: dict[str, dict[str, str]] = {}
 
 
 @pytest.fixture
 def native_runs(native_home: AirflowHome) -> dict[str, str]:
-    """The output of each of NATIVE_RUNS' `dags test` in `native_home` (run on first use)."""
-    if native_home.version not in _native_runs:
-        outputs = native_home.dags_tests(NATIVE_RUNS.values())
-        _native_runs[native_home.version] = dict(zip(NATIVE_RUNS, outputs, strict=True))
-    return _native_runs[native_home.version]
+    """NATIVE_RUNS' outputs in `native_home`."""
+    return _runs_made(native_home, "NATIVE_RUNS", NATIVE_RUNS)
 
 
 @pytest.fixture(scope="session")
