@@ -27,7 +27,7 @@ _FINISHED = re.compile(r"DagRun Finished: dag_id=(\S+?),.*?state=(\w+)")
 # One `airflow dags test` of a batch: dag_id, logical date (or None), extra env, expected state.
 DagsTest = tuple[str, str | None, Mapping[str, str], str]
 # Not batched (yet): their `dags test` builds the in-process execution API anew for every task
-# (a new event-loop thread, Cadwyn generating its versioned routes: most of a 3.2 `dags test`'s
+# (a new event-loop thread, Cadwyn generating its versioned routes: 40% of a 3.2 `dags test`'s
 # CPU), which a batch does not save, and a batch of them was not seen through to the end on
 # this machine (at a load of ~20 one task's start took minutes). Each run keeps its process.
 _ONE_DAGS_TEST_A_PROCESS = ("3.0", "3.1", "3.2")
