@@ -203,12 +203,9 @@ def writer(url: str, ready: Event, stop: Event, out: Connection) -> None:
     out.send(samples)
 
 
-def while_writing(
-    url: str, work: Callable[[], object], prepare: Callable[[], object] = lambda: None
-) -> tuple[float, float, float, float]:
-    """Run `work` while a writer process sets task state (`prepare` first, outside the
-    window): (work s, the writer's worst and p50 set ms among the sets started during it,
-    and its worst set in the 10 s before, alone: the control at this load)."""
+def start_writer(url: str) -> tuple[mp.process.BaseProcess, Event, Connection]:
+    """A `writer` process, connected and writing: (the process, its stop event, where it sends
+    its samples once stopped)."""
     ctx = mp.get_context("spawn")
     ready, stop, (receive, send) = ctx.Event(), ctx.Event(), ctx.Pipe(duplex=False)
     proc = ctx.Process(target=writer, args=(url, ready, stop, send))
@@ -216,6 +213,16 @@ def while_writing(
     if not ready.wait(120):
         proc.kill()
         raise RuntimeError("the writer process did not start")
+    return proc, stop, receive
+
+
+def while_writing(
+    url: str, work: Callable[[], object], prepare: Callable[[], object] = lambda: None
+) -> tuple[float, float, float, float]:
+    """Run `work` while a writer process sets task state (`prepare` first, outside the
+    window): (work s, the writer's worst and p50 set ms among the sets started during it,
+    and its worst set in the 10 s before, alone: the control at this load)."""
+    proc, stop, receive = start_writer(url)
     time.sleep(1.0)
     alone = time.time()
     time.sleep(10.0)

@@ -4,6 +4,7 @@ rows for several batches and a remainder, which is what the claims below need.""
 
 from __future__ import annotations
 
+import itertools
 import json
 import multiprocessing
 import subprocess
@@ -15,7 +16,7 @@ from typing import Any
 import pytest
 from tests.expired_rows import KEPT_EACH, load
 
-from taskstate import StateStore, TaskScope
+from taskstate import StateStore, TaskScope, cleanup
 from taskstate.settings import Settings
 
 EXPIRED = 55_000  # at least 5 full batches of 10,000 and a partial one
@@ -118,3 +119,33 @@ def test_clean_in_batches_does_not_stall_a_concurrent_writer(
     counts = [count for _, count in progress]
     assert counts == sorted(set(counts)), counts  # the writer moved on after every batch
     assert writer.exitcode == 0 and total >= counts[-1] and last == {"n": total - 1}
+
+
+def test_history_pruning_is_paced_like_the_expiry_on_sqlite(tmp_path: Path) -> None:
+    """Pruning walks every key holding versions, so after a big expiry it holds SQLite's write
+    lock as long as the expiry did: its batches start small, grow while fast, and each is
+    followed by a pause as long as the batch (a writer waiting on the lock gets in), never by
+    the next batch at once."""
+    with StateStore(f"sqlite:///{tmp_path}/state.db", settings=Settings()) as store:
+        assert store.history
+        acc = store.task_state(TaskScope("dag", "run", "task"))
+        for n in range(3 * cleanup.FIRST_BATCH):
+            acc.set(f"k{n}", n)
+        backend = store.backend
+        spans: list[tuple[float, float, int]] = []  # (start, end, batch size asked)
+        prune = backend.prune_versions
+
+        def timed_prune(
+            keep: int, before: float | None, limit: int, after: tuple[str, str] | None = None
+        ) -> tuple[int, tuple[str, str] | None]:
+            t0 = time.perf_counter()
+            got = prune(keep, before, limit, after)
+            spans.append((t0, time.perf_counter(), limit))
+            return got
+
+        backend.prune_versions = timed_prune  # type: ignore[method-assign]
+        cleanup.prune_versions(backend, keep=store.history, before=None, batch_size=100_000)
+    sizes = [size for _, _, size in spans]
+    assert len(spans) >= 2 and sizes[0] == cleanup.FIRST_BATCH and max(sizes) < 100_000, sizes
+    for (t0, t1, _), (t2, _, _) in itertools.pairwise(spans):  # a pause after each batch
+        assert t2 - t1 >= min(t1 - t0, 2 * cleanup.BATCH_TARGET_S) * 0.99

@@ -2,7 +2,8 @@
 
 Each batch is its own short transaction, so writers wait at most one batch for the lock, and
 is paced: sized to take ~50 ms (at most `state_cleanup_batch_size` rows), with a pause after each
-on a backend whose writes lock the whole store (SQLite). `state_cleanup_batch_size = 0` is a
+on a backend whose writes lock the whole store (SQLite). The history pruning and the write
+ledger's cleanup that follow are paced the same way. `state_cleanup_batch_size = 0` expires in a
 single statement (still bounded: one bound parameter).
 `StateStore.cleanup` runs this and then sweeps offloaded objects.
 """
@@ -10,6 +11,7 @@ single statement (still bounded: one bound parameter).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import sqlite3
@@ -17,9 +19,11 @@ import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import TypeVar, cast
 
 from taskstate.backends.base import HistoryBackend, Stamp, StateBackend
+
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,33 @@ def _paced(size: int, took: float, most: int) -> int:
     return size
 
 
+class _Pacer:
+    """Runs a cleanup phase's batches: each timed and sized to take about `BATCH_TARGET_S`
+    (at most `most` rows or keys), and, on a backend whose writes lock the whole store
+    (SQLite), followed by a pause as long as the batch that lets the writers queued behind its
+    lock in before the next one takes it."""
+
+    def __init__(self, backend: StateBackend, most: int, first: int) -> None:
+        self.backend, self.most, self.size = backend, most, first
+        self.took = self.longest = 0.0
+
+    def run(self, batch: Callable[[int], _T]) -> _T:
+        """`batch(size)`, timed."""
+        t0 = time.perf_counter()
+        result = batch(self.size)
+        self.took = time.perf_counter() - t0
+        self.longest = max(self.longest, self.took)
+        return result
+
+    def pause(self) -> None:
+        """Between two batches: the next one's size, and on SQLite the pause."""
+        self.size = _paced(self.size, self.took, self.most)
+        if self.backend.store_write_lock:
+            # Writers waiting on SQLite's lock poll for it now and then (its busy handler
+            # sleeps up to 100 ms between tries): the pause is as long as the batch.
+            time.sleep(min(self.took, 2 * BATCH_TARGET_S))
+
+
 def delete_expired(
     backend: StateBackend,
     now: float,
@@ -84,28 +115,23 @@ def delete_expired(
     started = time.perf_counter()
     expired = backend.count_expired(now)
     deleted = batches = 0
-    longest = 0.0
-    size = min(batch_size, FIRST_BATCH) if batch_size else 0
+    pacer = _Pacer(backend, batch_size, min(batch_size, FIRST_BATCH) if batch_size else 0)
     while not dry_run:
-        t0 = time.perf_counter()
-        n = (
-            cast(HistoryBackend, backend).delete_expired(now, size, Stamp("expire", now))
-            if history
-            else backend.delete_expired(now, size)
+        n = pacer.run(
+            lambda size: (
+                cast(HistoryBackend, backend).delete_expired(now, size, Stamp("expire", now))
+                if history
+                else backend.delete_expired(now, size)
+            )
         )
-        took = time.perf_counter() - t0
-        longest = max(longest, took)
         batches += 1
         deleted += n
         if on_batch is not None:
             on_batch(n)
-        if n == 0 or size == 0 or n < size:
+        if n == 0 or pacer.size == 0 or n < pacer.size:
             break
-        size = _paced(size, took, batch_size)
-        if backend.store_write_lock:
-            # SQLite: writers queued behind the file's write lock poll for it now and then;
-            # a pause as long as the batch lets them in before the next one takes it.
-            time.sleep(min(took, 2 * BATCH_TARGET_S))
+        pacer.pause()
+    longest = pacer.longest
     seconds = time.perf_counter() - started
     return CleanupResult(expired, deleted, batches, longest, seconds, dry_run)
 
@@ -182,16 +208,18 @@ def prune_versions(
 ) -> int:
     """Delete history versions beyond the newest `keep` per key or written before `before`,
     walking the keys in bounded batches (`batch_size` keys each); returns how many went."""
-    size = batch_size or PRUNE_BATCH
+    most = batch_size or PRUNE_BATCH
+    pacer = _Pacer(backend, most, min(most, FIRST_BATCH))
     pruned = 0
     after: tuple[str, str] | None = None
     while True:
-        n, after = backend.prune_versions(keep, before, size, after)
+        n, after = pacer.run(functools.partial(backend.prune_versions, keep, before, after=after))
         pruned += n
         if on_batch is not None:
             on_batch(n)
         if after is None:
             return pruned
+        pacer.pause()
 
 
 def forget_writes(
@@ -204,19 +232,26 @@ def forget_writes(
     """Delete the write ledger's entries older than `WRITE_ID_HORIZON_S`, in bounded batches;
     returns how many went."""
     before = now - WRITE_ID_HORIZON_S
-    return _in_batches(lambda size: backend.forget_writes(before, size), batch_size, on_batch)
+    return _in_batches(
+        backend, lambda size: backend.forget_writes(before, size), batch_size, on_batch
+    )
 
 
 def _in_batches(
-    delete: Callable[[int], int], batch_size: int, on_batch: Callable[[int], None] | None
+    backend: StateBackend,
+    delete: Callable[[int], int],
+    batch_size: int,
+    on_batch: Callable[[int], None] | None,
 ) -> int:
-    """Run `delete(size)` until a batch comes back short; the rows deleted in all."""
-    size = batch_size or PRUNE_BATCH
+    """Run `delete(size)`, paced, until a batch comes back short; the rows deleted in all."""
+    most = batch_size or PRUNE_BATCH
+    pacer = _Pacer(backend, most, min(most, FIRST_BATCH))
     total = 0
     while True:
-        n = delete(size)
+        n = pacer.run(delete)
         total += n
         if on_batch is not None:
             on_batch(n)
-        if n < size:
+        if n < pacer.size:
             return total
+        pacer.pause()
