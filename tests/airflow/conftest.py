@@ -8,10 +8,12 @@ from collections.abc import Iterator
 import pytest
 from tests.airflow.deployment import Deployments
 from tests.airflow.harness import (
+    DATE,
     EXAMPLE_DAGS,
     MIGRATE_TIMEOUT,
     TEST_DAGS,
     AirflowHome,
+    DagsTest,
     not_selected,
     pinned,
     versions,
@@ -88,6 +90,41 @@ def airflow_home(
     yield AirflowHome(version, tmp_path_factory.mktemp(f"airflow-{version}"), DAG_FILES)
 
 
+# The `airflow dags test` runs that test_dags.py and test_executors.py read, all in one process
+# per version (AirflowHome.dags_tests): each is a fresh run of its DAG, in a process that has
+# run others before it. Runs whose claim needs taskstate settings of their own (its store is
+# per process) start their own process instead.
+DAG_RUNS: dict[str, DagsTest] = {
+    "ts_inject": ("ts_inject", None, {}, "success"),
+    "ts_rerun": ("ts_rerun", DATE, {"TS_ITEMS": '["a", "b"]'}, "success"),
+    "etl_with_checkpoint": ("etl_with_checkpoint", None, {}, "success"),
+    "process_partitions": ("process_partitions", None, {}, "success"),
+    "producer": ("producer", None, {}, "success"),
+    "consumer": ("consumer", None, {}, "success"),
+    "batch_jobs": ("batch_jobs", None, {}, "success"),
+    # test_executors.py: not refused under a distributed executor's config.
+    "etl_under_celery": (
+        "etl_with_checkpoint", "2025-03-03", {"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"},
+        "success",
+    ),
+}  # fmt: skip
+_made: dict[tuple[str, str], dict[str, str]] = {}  # (version, name) -> {run: output}
+
+
+def _runs_made(home: AirflowHome, name: str, runs: dict[str, DagsTest]) -> dict[str, str]:
+    """The output of each of `runs`' `dags test` in `home`, all run on first use."""
+    if (home.version, name) not in _made:
+        outputs = home.dags_tests(runs.values())
+        _made[home.version, name] = dict(zip(runs, outputs, strict=True))
+    return _made[home.version, name]
+
+
+@pytest.fixture
+def dag_runs(airflow_home: AirflowHome) -> dict[str, str]:
+    """DAG_RUNS' outputs in `airflow_home`."""
+    return _runs_made(airflow_home, "DAG_RUNS", DAG_RUNS)
+
+
 def native() -> list[str]:
     """The selected versions with Airflow's own store (3.3+)."""
     return [v for v in versions() if not _below_33(v)]
@@ -101,6 +138,25 @@ def native_home(
     if request.param == "none":
         pytest.skip(not_selected(v for v in pinned() if not _below_33(v)))
     yield AirflowHome(request.param, tmp_path_factory.mktemp(f"airflow-{request.param}"), DAG_FILES)
+
+
+# The same for Airflow 3.3+'s own store (test_coexistence.py, test_native_mode.py): its store
+# is Airflow's, so one process may run them all.
+NATIVE_RUNS: dict[str, DagsTest] = {
+    "ts_coexist": ("ts_coexist", None, {}, "success"),
+    **{
+        dag_id: (dag_id, None, {}, "success")
+        for dag_id in ("etl_with_checkpoint", "process_partitions", "producer", "consumer",
+                       "batch_jobs")
+    },
+    "ts_mode": ("ts_mode", None, {}, "failed"),  # native mode: a taskstate-only method fails
+}  # fmt: skip
+
+
+@pytest.fixture
+def native_runs(native_home: AirflowHome) -> dict[str, str]:
+    """NATIVE_RUNS' outputs in `native_home`."""
+    return _runs_made(native_home, "NATIVE_RUNS", NATIVE_RUNS)
 
 
 @pytest.fixture(scope="session")

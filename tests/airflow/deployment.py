@@ -108,15 +108,21 @@ class Deployment:
             }
         dags = [*sorted(API_DAGS.glob("*.py")), DEMO_DAG, *extra_dags]
         self.home = AirflowHome(version, root, dags, extra_env=env)
-        self.home.airflow("dags", "reserialize")
+        setup: list[list[str]] = [["dags", "reserialize"]]
         if self.major < 3:
-            self.home.airflow("sync-perm")  # creates FAB's roles (Viewer, User, Op)
+            setup.append(["sync-perm"])  # creates FAB's roles (Viewer, User, Op)
             for user, role in _ROLES_2.items():
-                self.home.airflow(
+                setup.append([
                     "users", "create", "--username", user, "--password", USERS[user],
                     "--role", role, "--email", f"{user}@example.com",
                     "--firstname", user, "--lastname", "test",
-                )  # fmt: skip
+                ])  # fmt: skip
+        # One process for the lot (each `airflow` process is Airflow's import and, for the FAB
+        # commands, its app: several CPU seconds each).
+        for argv, (code, output) in zip(
+            setup, self.home.airflow_batch((argv, {}) for argv in setup), strict=True
+        ):
+            assert code == 0, f"airflow {' '.join(argv)} failed ({code}):\n{output[-4000:]}"
         self._stack = ExitStack()
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """The focused DAGs and the skill's example DAGs under `airflow dags test` / `tasks test`, on
-every Airflow taskstate injects into (2.10, 2.11, 3.0, 3.1, 3.2)."""
+every Airflow taskstate injects into (2.10, 2.11, 3.0, 3.1, 3.2). Most `dags test` runs are
+made in one process per version (`dag_runs`, conftest.py's DAG_RUNS); the tests read them."""
 
 from __future__ import annotations
 
@@ -17,8 +18,7 @@ from taskstate.scope import ASSET_PREFIX, TaskScope, task_prefix
 pytestmark = [pytest.mark.airflow, pytest.mark.timeout(6 * 600)]
 
 
-def test_every_task_gets_its_stores(airflow_home: AirflowHome) -> None:
-    airflow_home.dags_test("ts_inject")
+def test_every_task_gets_its_stores(airflow_home: AirflowHome, dag_runs: dict[str, str]) -> None:
     seen = {
         task: airflow_home.task_states("ts_inject", task)[-1]["seen"]
         for task in ("from_context", "from_param", "one_asset", "two_assets", "classic")
@@ -36,7 +36,7 @@ def test_every_task_gets_its_stores(airflow_home: AirflowHome) -> None:
     assert seen["two_assets"]["ambiguous"] == ["AmbiguousAssetError", False, True]
 
 
-def test_retries_share_state(airflow_home: AirflowHome) -> None:
+def test_retries_share_state(airflow_home: AirflowHome, dag_runs: dict[str, str]) -> None:
     if not airflow_home.task_states("ts_inject", "retried"):
         airflow_home.dags_test("ts_inject")
     assert airflow_home.task_states("ts_inject", "retried")[-1]["tries"] == [1, 2, 3]
@@ -58,7 +58,7 @@ def test_retries_share_state(airflow_home: AirflowHome) -> None:
         assert len(ours) == 2 and all(w["try_number"] == 1 for w in ours), assets
 
 
-def test_map_indices_are_isolated(airflow_home: AirflowHome) -> None:
+def test_map_indices_are_isolated(airflow_home: AirflowHome, dag_runs: dict[str, str]) -> None:
     if not airflow_home.task_states("ts_inject", "mapped"):
         airflow_home.dags_test("ts_inject")
     states = airflow_home.task_states("ts_inject", "mapped")
@@ -73,9 +73,9 @@ def test_tasks_test_path(airflow_home: AirflowHome) -> None:
 
 
 def test_rerun_starts_over_unless_kept_and_reexpansion_starts_over(
-    airflow_home: AirflowHome,
+    airflow_home: AirflowHome, dag_runs: dict[str, str]
 ) -> None:
-    airflow_home.dags_test("ts_rerun", DATE, env={"TS_ITEMS": json.dumps(["a", "b"])})
+    # The first run (DAG_RUNS): TS_ITEMS ["a", "b"].
     (run_id,) = airflow_home.run_ids("ts_rerun")
     before = airflow_home.task_states("ts_rerun", "fresh")[-1]["max_tries"]
     airflow_home.airflow("tasks", "clear", "ts_rerun", "--yes")
@@ -128,23 +128,23 @@ def test_clear_on_success(airflow_home: AirflowHome) -> None:
         ]
 
 
-def test_example_etl_with_checkpoint(airflow_home: AirflowHome) -> None:
-    airflow_home.dags_test("etl_with_checkpoint")
-    assert airflow_home.task_states("etl_with_checkpoint", "process_records") == {
+def test_example_etl_with_checkpoint(airflow_home: AirflowHome, dag_runs: dict[str, str]) -> None:
+    run_id = airflow_home.finished_run_id("etl_with_checkpoint", dag_runs["etl_with_checkpoint"])
+    assert airflow_home.task_states("etl_with_checkpoint", "process_records", run_id) == {
         -1: {"last_cursor": 20}
     }
 
 
-def test_example_process_partition(airflow_home: AirflowHome) -> None:
-    airflow_home.dags_test("process_partitions")
+def test_example_process_partition(airflow_home: AirflowHome, dag_runs: dict[str, str]) -> None:
     assert airflow_home.task_states("process_partitions", "process_partition") == {
         i: {"cursor": 5, "partition_id": i} for i in range(4)
     }
 
 
-def test_example_asset_producer_and_consumer(airflow_home: AirflowHome) -> None:
-    airflow_home.dags_test("producer")
-    output = airflow_home.dags_test("consumer")
+def test_example_asset_producer_and_consumer(
+    airflow_home: AirflowHome, dag_runs: dict[str, str]
+) -> None:
+    output = dag_runs["consumer"]  # after "producer", in the same process
     with airflow_home.store() as store:
         assets = {
             row.namespace: json.loads(row.value)
@@ -156,8 +156,7 @@ def test_example_asset_producer_and_consumer(airflow_home: AirflowHome) -> None:
     assert "Processing 3 rows up to" in output
 
 
-def test_example_my_batch_operator(airflow_home: AirflowHome) -> None:
-    airflow_home.dags_test("batch_jobs")
+def test_example_my_batch_operator(airflow_home: AirflowHome, dag_runs: dict[str, str]) -> None:
     (nightly,) = airflow_home.task_states("batch_jobs", "nightly").values()
     assert isinstance(nightly["batch_job_id"], int)
     # durable=False through .partial(): no state at all.

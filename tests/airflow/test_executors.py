@@ -42,12 +42,11 @@ def test_doctor_reports_each_executor_and_exits_1_on_a_failed_check(
     assert statuses["executor ecs"] == "warn" and proc.returncode == 0, proc.stdout
 
 
-def test_dags_test_is_not_refused_under_a_distributed_executor(airflow_home: AirflowHome) -> None:
-    dag_id = "etl_with_checkpoint"
-    before = airflow_home.run_ids(dag_id)
-    env = {"AIRFLOW__CORE__EXECUTOR": "CeleryExecutor"}
-    airflow_home.dags_test(dag_id, "2025-03-03", env=env)
-    (run_id,) = airflow_home.run_ids(dag_id) - before
+def test_dags_test_is_not_refused_under_a_distributed_executor(
+    airflow_home: AirflowHome, dag_runs: dict[str, str]
+) -> None:
+    dag_id = "etl_with_checkpoint"  # run under [core] executor = CeleryExecutor (DAG_RUNS)
+    run_id = airflow_home.finished_run_id(dag_id, dag_runs["etl_under_celery"])
     with airflow_home.store() as store:
         state = store.task_state(TaskScope(dag_id, run_id, "process_records"))
         assert state.get("last_cursor") == 20

@@ -23,8 +23,10 @@ def _report(home: AirflowHome) -> dict[str, object]:
     return data
 
 
-def test_native_mode_names_the_method_and_the_setting(native_home: AirflowHome) -> None:
-    output = native_home.dags_test("ts_mode", expect="failed")
+def test_native_mode_names_the_method_and_the_setting(
+    native_home: AirflowHome, native_runs: dict[str, str]
+) -> None:
+    output = native_runs["ts_mode"]  # failed (conftest.py's NATIVE_RUNS)
     assert "NativeStoreMethodError" in output
     assert "task_state_store.update" in output
     assert "[state_store] taskstate_mode = taskstate" in output
