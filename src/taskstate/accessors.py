@@ -446,8 +446,9 @@ class _Accessor:
         try:
             check(self._backend.get(self._ns, key))
         except PreconditionFailedError:
-            recorded = self._backend.records_writes and write_id is not None
-            if not recorded or not self._backend.may_be_recorded(write_id or ""):
+            if write_id is None or not self._backend.records_writes:
+                raise
+            if not self._backend.may_be_recorded(write_id):
                 raise
         except KeyNotFoundError:
             pass  # `must_exist`: its 404 comes from the transaction, as before
