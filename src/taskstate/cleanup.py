@@ -11,7 +11,6 @@ single statement (still bounded: one bound parameter).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import os
 import sqlite3
@@ -80,23 +79,22 @@ class _Pacer:
 
     def __init__(self, backend: StateBackend, most: int, first: int) -> None:
         self.backend, self.most, self.size = backend, most, first
-        self.took = self.longest = 0.0
+        self.longest = 0.0
 
-    def run(self, batch: Callable[[int], _T]) -> _T:
-        """`batch(size)`, timed."""
-        t0 = time.perf_counter()
-        result = batch(self.size)
-        self.took = time.perf_counter() - t0
-        self.longest = max(self.longest, self.took)
-        return result
-
-    def pause(self) -> None:
-        """Between two batches: the next one's size, and on SQLite the pause."""
-        self.size = _paced(self.size, self.took, self.most)
-        if self.backend.store_write_lock:
-            # Writers waiting on SQLite's lock poll for it now and then (its busy handler
-            # sleeps up to 100 ms between tries): the pause is as long as the batch.
-            time.sleep(min(self.took, 2 * BATCH_TARGET_S))
+    def batches(self, batch: Callable[[int], _T]) -> Iterator[_T]:
+        """`batch(size)` again and again, each timed; asking for the next one first sizes it
+        and, on SQLite, pauses. The caller stops asking when its phase is done (`self.size`
+        is still the size of the batch it just got)."""
+        while True:
+            t0 = time.perf_counter()
+            yield batch(self.size)
+            took = time.perf_counter() - t0
+            self.longest = max(self.longest, took)
+            self.size = _paced(self.size, took, self.most)
+            if self.backend.store_write_lock:
+                # Writers waiting on SQLite's lock poll for it now and then (its busy handler
+                # sleeps up to 100 ms between tries): the pause is as long as the batch.
+                time.sleep(min(took, 2 * BATCH_TARGET_S))
 
 
 def delete_expired(
@@ -116,21 +114,19 @@ def delete_expired(
     expired = backend.count_expired(now)
     deleted = batches = 0
     pacer = _Pacer(backend, batch_size, min(batch_size, FIRST_BATCH) if batch_size else 0)
-    while not dry_run:
-        n = pacer.run(
-            lambda size: (
-                cast(HistoryBackend, backend).delete_expired(now, size, Stamp("expire", now))
-                if history
-                else backend.delete_expired(now, size)
-            )
-        )
+
+    def delete(size: int) -> int:
+        if history:
+            return cast(HistoryBackend, backend).delete_expired(now, size, Stamp("expire", now))
+        return backend.delete_expired(now, size)
+
+    for n in () if dry_run else pacer.batches(delete):
         batches += 1
         deleted += n
         if on_batch is not None:
             on_batch(n)
         if n == 0 or pacer.size == 0 or n < pacer.size:
             break
-        pacer.pause()
     longest = pacer.longest
     seconds = time.perf_counter() - started
     return CleanupResult(expired, deleted, batches, longest, seconds, dry_run)
@@ -211,15 +207,20 @@ def prune_versions(
     most = batch_size or PRUNE_BATCH
     pacer = _Pacer(backend, most, min(most, FIRST_BATCH))
     pruned = 0
-    after: tuple[str, str] | None = None
-    while True:
-        n, after = pacer.run(functools.partial(backend.prune_versions, keep, before, after=after))
+    after: tuple[str, str] | None = None  # the last key of the batch before
+
+    def batch(size: int) -> int:
+        nonlocal after
+        n, after = backend.prune_versions(keep, before, size, after)
+        return n
+
+    for n in pacer.batches(batch):
         pruned += n
         if on_batch is not None:
             on_batch(n)
         if after is None:
-            return pruned
-        pacer.pause()
+            break
+    return pruned
 
 
 def forget_writes(
@@ -247,11 +248,10 @@ def _in_batches(
     most = batch_size or PRUNE_BATCH
     pacer = _Pacer(backend, most, min(most, FIRST_BATCH))
     total = 0
-    while True:
-        n = pacer.run(delete)
+    for n in pacer.batches(delete):
         total += n
         if on_batch is not None:
             on_batch(n)
         if n < pacer.size:
-            return total
-        pacer.pause()
+            break
+    return total
