@@ -16,14 +16,26 @@ Measured, sides interleaved in one process, with the load average printed:
 - cleanup of the expired rows while a writer process sets task state: its worst `set`;
 - peak RSS of `taskstate clean` with offloading (a subprocess; ru_maxrss);
 - PostgreSQL: the online migration (schema 4's index built CONCURRENTLY) on the largest store
-  while a writer runs: its worst `set`.
+  while a writer runs: its worst `set`;
+- over the HTTP API (the app `taskstate serve` runs, under uvicorn on loopback in a thread of
+  this process): one key and the first page of the 20,000-key task instance against the 1-key
+  one, and `/dags?limit=50` against the one-task-instance store, beside the same calls made
+  on the store (the two levels side by side; the store-level figures above are unchanged).
+
+`--pg-settings production` starts the PostgreSQL server with production-sized settings
+(tests/postgres_server.py `server_settings`) instead of the test suite's; every store of a run
+is on the same server, so the ratios compare like with like. `--prewarm` loads every copy's
+tables and indexes into `shared_buffers` (`pg_prewarm`) before the timed rounds: a store in
+service, not one just copied. `--parts` runs some of the measurements only.
 
     .venv/bin/python bench/scale.py [--sizes 10000,1000000] [--backends sqlite,postgres]
+        [--pg-settings test|production] [--prewarm] [--parts point,pages,discovery,http,...]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import multiprocessing as mp
 import os
 import random
@@ -46,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psycopg
 from record import meta, save
 from tests.expired_rows import load_rows
-from tests.postgres_server import running_server
+from tests.postgres_server import PROFILES, running_server
 
 from taskstate import AssetScope, StateStore, TaskScope
 from taskstate.backends import postgres as pg
@@ -55,6 +67,7 @@ from taskstate.backends.objects import digest
 from taskstate.settings import Settings
 from taskstate.stored import REF_PREFIX
 
+PARTS = ("point", "pages", "discovery", "http", "cleanup", "clean", "migration")
 NOW = time.time()
 RUNS, TIS, KEYS = 20, 50, 3  # per DAG, per run, per task instance
 BIG = TaskScope("big_dag", "run", "big_task")
@@ -187,6 +200,91 @@ def discovery(stores: dict[str, StateStore], rounds: int) -> dict[str, float]:
     return {f"{name} {what} ms": p50(t) * 1000 for (name, what), t in times.items()}
 
 
+def http_api(big: StateStore, tiny: StateStore, rounds: int) -> dict[str, float]:
+    """The issue's HTTP figures, and the same calls on the store, interleaved: one key of the
+    1-key and of the 20,000-key task instance, their first pages (50), on `big`; `/dags`
+    (limit 50) on `big` and on `tiny` (one task instance). The app is `taskstate serve`'s
+    (`standalone_app`, open on loopback), one uvicorn per store in a thread of this process; the
+    client is one keep-alive `http.client` connection per server, in this process too, so each
+    HTTP figure includes the client's parsing and the server's, GIL shared."""
+    from tests.api.server import running
+
+    from taskstate.api.serve import standalone_app
+
+    task = "/taskstate/api/v2/dags/big_dag/dagRuns/run/taskInstances/{}/state-store"
+    big_ti, small_ti = big.task_state(BIG), big.task_state(SMALL)
+    rng = random.Random(11)
+    times: dict[str, list[float]] = {}
+    with (
+        running(standalone_app(big, None)) as on_big,
+        running(standalone_app(tiny, None)) as on_tiny,
+    ):
+        conns = {
+            base: http.client.HTTPConnection(base.removeprefix("http://"), timeout=60)
+            for base in (on_big, on_tiny)
+        }
+
+        def fetch(base: str, path: str) -> None:
+            conn = conns[base]
+            conn.request("GET", path)
+            answer = conn.getresponse()
+            answer.read()
+            if answer.status != 200:
+                raise RuntimeError(f"GET {path}: {answer.status}")
+
+        def big_key() -> str:
+            return f"key_{rng.randrange(BIG_KEYS):05}"
+
+        calls: list[tuple[str, Callable[[], object]]] = [
+            ("HTTP one key, 1-key TI", lambda: fetch(on_big, task.format("small_task") + "/key_0")),
+            ("store one key, 1-key TI", lambda: small_ti.entry("key_0")),
+            ("HTTP one key, 20000-key TI",
+             lambda: fetch(on_big, task.format("big_task") + "/" + big_key())),
+            ("store one key, 20000-key TI", lambda: big_ti.entry(big_key())),
+            ("HTTP first page, 1-key TI", lambda: fetch(on_big, task.format("small_task"))),
+            ("store first page, 1-key TI", lambda: small_ti.page(limit=50)),
+            ("HTTP first page, 20000-key TI", lambda: fetch(on_big, task.format("big_task"))),
+            ("store first page, 20000-key TI", lambda: big_ti.page(limit=50)),
+            ("HTTP /dags, one-TI store", lambda: fetch(on_tiny, "/taskstate/api/v2/dags?limit=50")),
+            ("store /dags, one-TI store", lambda: tiny.discovery().dags(limit=50)),
+            ("HTTP /dags, largest store", lambda: fetch(on_big, "/taskstate/api/v2/dags?limit=50")),
+            ("store /dags, largest store", lambda: big.discovery().dags(limit=50)),
+        ]  # fmt: skip
+        for _, fn in calls:  # once each, untimed: connections open, caches warm
+            fn()
+        for _ in range(rounds):
+            for what, fn in calls:
+                timed(fn, times.setdefault(what, []))
+        for conn in conns.values():
+            conn.close()
+    out = {f"{what} ms": p50(t) * 1000 for what, t in times.items()}
+    for level in ("HTTP", "store"):
+        out[f"{level} one key ratio 20000-key/1-key TI"] = (
+            out[f"{level} one key, 20000-key TI ms"] / out[f"{level} one key, 1-key TI ms"]
+        )
+        out[f"{level} first page ratio 20000-key/1-key TI"] = (
+            out[f"{level} first page, 20000-key TI ms"] / out[f"{level} first page, 1-key TI ms"]
+        )
+        out[f"{level} /dags ratio largest/one-TI store"] = (
+            out[f"{level} /dags, largest store ms"] / out[f"{level} /dags, one-TI store ms"]
+        )
+    return out
+
+
+def prewarm(url: str) -> str:
+    """Every table and index of a PostgreSQL store read into `shared_buffers` (`pg_prewarm`,
+    PostgreSQL's contrib; as much as fits): what the buffers hold once the store has served a
+    while. Says how many pages were read."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        row = conn.execute(
+            "SELECT sum(pg_prewarm(c.oid)) FROM pg_class c"
+            " JOIN pg_namespace n ON n.oid = c.relnamespace"
+            " WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i')"
+        ).fetchone()
+    return f"{row[0] if row else 0} pages"
+
+
 def writer(url: str, ready: Event, stop: Event, out: Connection) -> None:
     """Set task state in a loop until told to stop; send (wall-clock start, latency) of each."""
     samples: list[tuple[float, float]] = []
@@ -272,17 +370,50 @@ def main() -> None:
         "and a PostgreSQL cluster per size; default: a temporary directory, deleted)",
     )
     parser.add_argument("--build-only", action="store_true", help="build the templates, stop")
+    parser.add_argument(
+        "--pg-settings",
+        default="test",
+        choices=PROFILES,
+        help="the PostgreSQL server's settings: the test suite's (default) or production-sized "
+        "(tests/postgres_server.py server_settings)",
+    )
+    parser.add_argument(
+        "--prewarm",
+        action="store_true",
+        help="PostgreSQL: read every copy's tables and indexes into shared_buffers first",
+    )
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help=f"which measurements (of {','.join(PARTS)})"
+    )
     args = parser.parse_args()
+    parts = set(args.parts.split(","))
+    if parts - set(PARTS):
+        parser.error(f"unknown parts: {sorted(parts - set(PARTS))}")
     sizes = [int(s) for s in args.sizes.split(",")]
     started = meta()
     print(f"load average at start: {os.getloadavg()}", flush=True)
-    figures: dict[str, Any] = {"sizes": sizes, "shape": f"{RUNS} runs x {TIS} TIs x {KEYS} keys"}
+    figures: dict[str, Any] = {
+        "sizes": sizes,
+        "shape": f"{RUNS} runs x {TIS} TIs x {KEYS} keys",
+        "pg settings": args.pg_settings,
+        "prewarm": args.prewarm,
+        "parts": sorted(parts),
+    }
     keep = args.work is not None
     work = Path(args.work) if keep else Path(tempfile.mkdtemp(prefix="taskstate-scale-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
         for kind in args.backends.split(","):
-            figures[kind] = run(kind, sizes, work, args.rounds, build_only=args.build_only)
+            figures[kind] = run(
+                kind,
+                sizes,
+                work,
+                args.rounds,
+                build_only=args.build_only,
+                profile=args.pg_settings,
+                warm=args.prewarm,
+                parts=parts,
+            )
             print(figures[kind], flush=True)
     finally:
         if not keep:
@@ -293,10 +424,18 @@ def main() -> None:
 
 
 def run(
-    kind: str, sizes: list[int], work: Path, rounds: int, *, build_only: bool = False
+    kind: str,
+    sizes: list[int],
+    work: Path,
+    rounds: int,
+    *,
+    build_only: bool = False,
+    profile: str = "test",
+    warm: bool = False,
+    parts: set[str] = set(PARTS),  # noqa: B006 (never modified)
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    server_cm = running_server(root=work / "pg") if kind == "postgres" else None
+    server_cm = running_server(root=work / "pg", profile=profile) if kind == "postgres" else None
     server = server_cm.__enter__() if server_cm else None
     scratch: list[str] = []  # copies made by this run, dropped at the end
     try:
@@ -370,6 +509,8 @@ def run(
                         f"CREATE DATABASE {fresh} TEMPLATE {templates[name]} STRATEGY FILE_COPY"
                     )
                 url = server.url.rsplit("/", 1)[0] + "/" + fresh
+                if warm:
+                    print(f"{kind}: {name} prewarmed: {prewarm(url)}", flush=True)
             scratch.append(url)
             return url
 
@@ -384,64 +525,81 @@ def run(
             with psycopg.connect(server.url, autocommit=True) as admin:
                 admin.execute(f"DROP DATABASE IF EXISTS {url.rsplit('/', 1)[1]} WITH (FORCE)")
 
-        copies = {f"s{n}": copy(f"s{n}") for n in sizes}
-        stores = {
-            k: StateStore(u, settings=Settings(), clock=lambda: NOW) for k, u in copies.items()
-        }
-        tiny = StateStore(copy("s0"), settings=Settings(), clock=lambda: NOW)
-        # The first round warms the caches (a copy is cold: PostgreSQL's shared_buffers hold
-        # none of it) and is reported apart; the p50s and ratios are of the rounds after it.
-        cold = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, 1)
-        ops = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, rounds)
-        smallest = f"s{min(sizes)}"
-        for key, value in ops.items():
-            name, op = key.split(" ")
-            out[f"{op} p50 ms {name}"] = round(value, 3)
-            out[f"{op} p50 ratio {name}/{smallest}"] = round(value / ops[f"{smallest} {op}"], 2)
-            out[f"{op} cold first-round p50 ms {name}"] = round(cold[key], 3)
-        big = stores[f"s{largest}"]
-        pg_ = pages(big, rounds * 20)
-        out.update({k: round(v, 3) for k, v in pg_.items()})
-        out["first page ratio 20000-key/1-key"] = round(
-            pg_["20000-key first page ms"] / pg_["1-key first page ms"], 2
-        )
-        # The one-task-instance store: a copy of s0 (assets, the big and small TIs) trimmed.
-        tiny.backend.clear_prefix(BIG.namespace)
-        found = discovery({"one-TI": tiny, f"s{largest}": big}, rounds * 4)
-        for key, value in found.items():
-            out[key] = round(value, 2)
-        for what in ("dags", "runs", "task instances", "assets"):
-            out[f"discovery {what} ratio s{largest}/one-TI"] = round(
-                found[f"s{largest} {what} ms"] / found[f"one-TI {what} ms"], 2
-            )
-        for s in (*stores.values(), tiny):
-            s.close()
-        for url in list(scratch):
+        def loaded(part: str) -> bool:
+            """Whether `part` runs; if so, the load now is kept with its figures."""
+            if part in parts:
+                out[f"load at {part}"] = [round(x, 2) for x in os.getloadavg()]
+            return part in parts
+
+        if parts & {"point", "pages", "discovery", "http"}:
+            in_store = sizes if "point" in parts else [largest]
+            copies = {f"s{n}": copy(f"s{n}") for n in in_store}
+            stores = {
+                k: StateStore(u, settings=Settings(), clock=lambda: NOW) for k, u in copies.items()
+            }
+            tiny = StateStore(copy("s0"), settings=Settings(), clock=lambda: NOW)
+            big = stores[f"s{largest}"]
+            if loaded("point"):
+                # The first round warms the caches (a copy is cold: PostgreSQL's shared_buffers
+                # hold none of it unless --prewarm) and is reported apart; the p50s and ratios
+                # are of the rounds after it.
+                cold = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, 1)
+                ops = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, rounds)
+                smallest = f"s{min(sizes)}"
+                for key, value in ops.items():
+                    name, op = key.split(" ")
+                    out[f"{op} p50 ms {name}"] = round(value, 3)
+                    ratio = value / ops[f"{smallest} {op}"]
+                    out[f"{op} p50 ratio {name}/{smallest}"] = round(ratio, 2)
+                    out[f"{op} cold first-round p50 ms {name}"] = round(cold[key], 3)
+            if loaded("pages"):
+                pg_ = pages(big, rounds * 20)
+                out.update({k: round(v, 3) for k, v in pg_.items()})
+                out["first page ratio 20000-key/1-key"] = round(
+                    pg_["20000-key first page ms"] / pg_["1-key first page ms"], 2
+                )
+            # The one-task-instance store: a copy of s0 (assets, the big and small TIs) trimmed.
+            tiny.backend.clear_prefix(BIG.namespace)
+            if loaded("discovery"):
+                found = discovery({"one-TI": tiny, f"s{largest}": big}, rounds * 4)
+                for key, value in found.items():
+                    out[key] = round(value, 2)
+                for what in ("dags", "runs", "task instances", "assets"):
+                    out[f"discovery {what} ratio s{largest}/one-TI"] = round(
+                        found[f"s{largest} {what} ms"] / found[f"one-TI {what} ms"], 2
+                    )
+            if loaded("http"):
+                over_http = http_api(big, tiny, rounds * 20)
+                out.update({k: round(v, 3) for k, v in over_http.items()})
+            for s in (*stores.values(), tiny):
+                s.close()
+            for url in list(scratch):
+                drop(url)
+            print(out, flush=True)
+        if loaded("cleanup"):  # the expired rows (10%) deleted while a writer sets task state
+            url = copy(f"s{largest}")
+            with StateStore(url, settings=Settings()) as store:
+                took, worst_ms, p50_ms, alone_ms = while_writing(
+                    url, lambda: store.cleanup(batch_size=10_000)
+                )
             drop(url)
-        print(out, flush=True)
-        # Cleanup of the expired rows (10%) while a writer sets task state.
-        url = copy(f"s{largest}")
-        with StateStore(url, settings=Settings()) as store:
-            took, worst_ms, p50_ms, alone_ms = while_writing(
-                url, lambda: store.cleanup(batch_size=10_000)
-            )
-        drop(url)
-        out["cleanup s"] = round(took, 1)
-        out["cleanup writer worst set ms"] = round(worst_ms, 1)
-        out["cleanup writer p50 set ms"] = round(p50_ms, 2)
-        out["cleanup writer worst set ms, alone before it"] = round(alone_ms, 1)
-        print(out, flush=True)
-        # The objects as hard links: `clean` removes orphans, the template's stay.
-        linked = work / f"{kind}-objects-run"
-        shutil.rmtree(linked, ignore_errors=True)
-        subprocess.run(["cp", "-al", str(objects), str(linked)], check=True)
-        url = copy(f"s{largest}")
-        rss, said = clean_rss(url, linked)
-        drop(url)
-        shutil.rmtree(linked, ignore_errors=True)
-        out["clean with offloading peak RSS MB"] = round(rss, 1)
-        out["clean with offloading said"] = said
-        if kind == "postgres":
+            out["cleanup s"] = round(took, 1)
+            out["cleanup writer worst set ms"] = round(worst_ms, 1)
+            out["cleanup writer p50 set ms"] = round(p50_ms, 2)
+            out["cleanup writer worst set ms, alone before it"] = round(alone_ms, 1)
+            out["load after cleanup"] = [round(x, 2) for x in os.getloadavg()]
+            print(out, flush=True)
+        if loaded("clean"):  # the objects as hard links: `clean` removes orphans, not theirs
+            linked = work / f"{kind}-objects-run"
+            shutil.rmtree(linked, ignore_errors=True)
+            subprocess.run(["cp", "-al", str(objects), str(linked)], check=True)
+            url = copy(f"s{largest}")
+            rss, said = clean_rss(url, linked)
+            drop(url)
+            shutil.rmtree(linked, ignore_errors=True)
+            out["clean with offloading peak RSS MB"] = round(rss, 1)
+            out["clean with offloading said"] = said
+        if kind == "postgres" and loaded("migration"):
             url = copy(f"s{largest}")
             # The last online steps (the newest indexes), built again while a writer runs.
             first = min(v for v in pg._ONLINE if v > 4)

@@ -126,6 +126,35 @@ def wait_for_http(
         time.sleep(0.05)
 
 
+# Settings a server starts with, passed on its command line (`-c name=value`), so one kept
+# cluster (bench/scale.py's templates) can be started with either and its files stay as built.
+# "test": the suite's server, small and quick to start beside the others CI runs (these are
+# PostgreSQL's defaults, written out). "production": sized as a dedicated database host would
+# be (docs/backends.md, "PostgreSQL sizing"), for the benchmarks at 10 M rows.
+PROFILES = ("test", "production")
+
+
+def server_settings(profile: str) -> dict[str, str]:
+    """The settings of `profile` (one of PROFILES) on this machine."""
+    if profile == "test":
+        return {"shared_buffers": "128MB", "max_wal_size": "1GB", "checkpoint_timeout": "5min"}
+    if profile != "production":
+        raise ValueError(f"unknown PostgreSQL settings profile {profile!r}: one of {PROFILES}")
+    ram_mb = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 2**20
+    return {
+        # A quarter of the memory, at most 8 GB: the rest is the OS cache, which holds what
+        # shared_buffers does not (PostgreSQL reads through it).
+        "shared_buffers": f"{min(ram_mb // 4, 8192)}MB",
+        # What the planner may assume is cached (shared_buffers + the OS cache).
+        "effective_cache_size": f"{ram_mb * 3 // 4}MB",
+        # A cleanup of 1 M rows writes ~1.5 GB of WAL: with 1 GB, checkpoints are forced back
+        # to back during it; time-based ones, spread over 90% of the interval, instead.
+        "max_wal_size": "16GB",
+        "checkpoint_timeout": "15min",
+        "checkpoint_completion_target": "0.9",
+    }
+
+
 def _server_user() -> str | None:
     """None when we may run the server ourselves; else the unprivileged user to run it as."""
     if os.geteuid() != 0:
@@ -140,9 +169,12 @@ def _server_user() -> str | None:
 
 
 class PostgresServer:
-    """One cluster: `start()`, `url`, `restart()`, `crash()`, `stop()`."""
+    """One cluster: `start()`, `url`, `restart()`, `crash()`, `stop()`; `profile`: the
+    settings it starts with (`server_settings`)."""
 
-    def __init__(self, *, fsync: bool = False, root: Path | None = None) -> None:
+    def __init__(
+        self, *, fsync: bool = False, root: Path | None = None, profile: str = "test"
+    ) -> None:
         self.bin = _bin_dir()
         self.user = _server_user()
         # A given root is kept by `stop()` (a benchmark's templates, reused across runs).
@@ -153,6 +185,7 @@ class PostgresServer:
         self.port = free_port()
         self.dbname = "taskstate"
         self.fsync = fsync
+        self.settings = server_settings(profile)
         if self.user:
             entry = pwd.getpwnam(self.user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
@@ -188,7 +221,6 @@ class PostgresServer:
                 f"unix_socket_directories = '{self.root}'",
                 f"fsync = {'on' if self.fsync else 'off'}",
                 "max_connections = 200",
-                "shared_buffers = 128MB",
             ]
             with open(self.data / "postgresql.conf", "a") as f:
                 f.write("\n".join(conf) + "\n")
@@ -211,13 +243,17 @@ class PostgresServer:
         ).stdout  # fmt: skip
         return out.strip() == "1"
 
+    def _options(self) -> str:
+        return " ".join(f"-c {name}={value}" for name, value in self.settings.items())
+
     def _pg_ctl_start(self) -> None:
-        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w", "start")
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
+                  "-o", self._options(), "start")  # fmt: skip
 
     def restart(self) -> None:
         """A clean restart: every session is terminated, committed data survives."""
         self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "restart",
-                  "-l", str(self.root / "log"))  # fmt: skip
+                  "-l", str(self.root / "log"), "-o", self._options())  # fmt: skip
 
     def halt(self) -> None:
         """Stop the server and keep its data: an outage that lasts until `resume()`."""
@@ -273,10 +309,13 @@ def _state(pid: int) -> str:
 
 
 @contextlib.contextmanager
-def running_server(*, fsync: bool = False, root: Path | None = None) -> Iterator[PostgresServer]:
-    """A started server, stopped at the end; its data deleted unless `root` was given."""
+def running_server(
+    *, fsync: bool = False, root: Path | None = None, profile: str = "test"
+) -> Iterator[PostgresServer]:
+    """A started server, stopped at the end; its data deleted unless `root` was given;
+    `profile`: its settings (PROFILES)."""
     os.environ.setdefault("PGPASSWORD", "secret")  # for the createdb/psql helper calls
-    server = PostgresServer(fsync=fsync, root=root)
+    server = PostgresServer(fsync=fsync, root=root, profile=profile)
     try:
         yield server.start()
     finally:
