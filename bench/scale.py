@@ -285,6 +285,30 @@ def prewarm(url: str) -> str:
     return f"{row[0] if row else 0} pages"
 
 
+STATEMENTS = {"shared_preload_libraries": "pg_stat_statements"}
+
+
+def statement_costs(url: str) -> dict[str, float]:
+    """Per statement this store's database ran since the last reset, called 100 times or more
+    (pg_stat_statements, by database): the server's mean execution time (µs), buffers hit and
+    read, WAL full-page images and WAL bytes, each per call."""
+    out: dict[str, float] = {}
+    with psycopg.connect(url, autocommit=True) as conn:
+        found = conn.execute(
+            "SELECT left(regexp_replace(query, '\\s+', ' ', 'g'), 48), calls, mean_exec_time,"
+            " shared_blks_hit, shared_blks_read, wal_fpi, wal_bytes FROM pg_stat_statements"
+            " WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            " AND calls >= 100 ORDER BY calls DESC"
+        ).fetchall()
+    for query, calls, mean_ms, hit, read, fpi, wal in found:
+        out[f"{query} | us"] = round(mean_ms * 1000, 1)
+        out[f"{query} | hit"] = round(hit / calls, 2)
+        out[f"{query} | read"] = round(read / calls, 2)
+        out[f"{query} | fpi"] = round(fpi / calls, 2)
+        out[f"{query} | wal bytes"] = round(float(wal) / calls)
+    return out
+
+
 def writer(url: str, ready: Event, stop: Event, out: Connection) -> None:
     """Set task state in a loop until told to stop; send (wall-clock start, latency) of each."""
     samples: list[tuple[float, float]] = []
@@ -383,6 +407,12 @@ def main() -> None:
         help="PostgreSQL: read every copy's tables and indexes into shared_buffers first",
     )
     parser.add_argument(
+        "--pg-statements",
+        action="store_true",
+        help="PostgreSQL: load pg_stat_statements and report, per store, the server's time, "
+        "buffers and WAL of each statement the point operations ran",
+    )
+    parser.add_argument(
         "--parts", default=",".join(PARTS), help=f"which measurements (of {','.join(PARTS)})"
     )
     args = parser.parse_args()
@@ -397,6 +427,7 @@ def main() -> None:
         "shape": f"{RUNS} runs x {TIS} TIs x {KEYS} keys",
         "pg settings": args.pg_settings,
         "prewarm": args.prewarm,
+        "pg statements": args.pg_statements,
         "parts": sorted(parts),
     }
     keep = args.work is not None
@@ -413,6 +444,7 @@ def main() -> None:
                 profile=args.pg_settings,
                 warm=args.prewarm,
                 parts=parts,
+                statements=args.pg_statements,
             )
             print(figures[kind], flush=True)
     finally:
@@ -433,9 +465,15 @@ def run(
     profile: str = "test",
     warm: bool = False,
     parts: set[str] = set(PARTS),  # noqa: B006 (never modified)
+    statements: bool = False,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    server_cm = running_server(root=work / "pg", profile=profile) if kind == "postgres" else None
+    extra = STATEMENTS if statements else None
+    server_cm = (
+        running_server(root=work / "pg", profile=profile, extra=extra)
+        if kind == "postgres"
+        else None
+    )
     server = server_cm.__enter__() if server_cm else None
     scratch: list[str] = []  # copies made by this run, dropped at the end
     try:
@@ -511,6 +549,9 @@ def run(
                 url = server.url.rsplit("/", 1)[0] + "/" + fresh
                 if warm:
                     print(f"{kind}: {name} prewarmed: {prewarm(url)}", flush=True)
+                if statements:
+                    with psycopg.connect(url, autocommit=True) as conn:
+                        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
             scratch.append(url)
             return url
 
@@ -544,7 +585,14 @@ def run(
                 # hold none of it unless --prewarm) and is reported apart; the p50s and ratios
                 # are of the rounds after it.
                 cold = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, 1)
+                if statements:  # from here on: the timed rounds only
+                    with psycopg.connect(copies[f"s{largest}"], autocommit=True) as conn:
+                        conn.execute("SELECT pg_stat_statements_reset()")
                 ops = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, rounds)
+                if statements:
+                    for k, u in copies.items():
+                        costs = statement_costs(u)
+                        out.update({f"server {k} {what}": v for what, v in costs.items()})
                 smallest = f"s{min(sizes)}"
                 for key, value in ops.items():
                     name, op = key.split(" ")

@@ -173,7 +173,12 @@ class PostgresServer:
     settings it starts with (`server_settings`)."""
 
     def __init__(
-        self, *, fsync: bool = False, root: Path | None = None, profile: str = "test"
+        self,
+        *,
+        fsync: bool = False,
+        root: Path | None = None,
+        profile: str = "test",
+        extra: dict[str, str] | None = None,
     ) -> None:
         self.bin = _bin_dir()
         self.user = _server_user()
@@ -185,7 +190,7 @@ class PostgresServer:
         self.port = free_port()
         self.dbname = "taskstate"
         self.fsync = fsync
-        self.settings = server_settings(profile)
+        self.settings = {**server_settings(profile), **(extra or {})}
         if self.user:
             entry = pwd.getpwnam(self.user)
             os.chown(self.root, entry.pw_uid, entry.pw_gid)
@@ -310,12 +315,16 @@ def _state(pid: int) -> str:
 
 @contextlib.contextmanager
 def running_server(
-    *, fsync: bool = False, root: Path | None = None, profile: str = "test"
+    *,
+    fsync: bool = False,
+    root: Path | None = None,
+    profile: str = "test",
+    extra: dict[str, str] | None = None,
 ) -> Iterator[PostgresServer]:
     """A started server, stopped at the end; its data deleted unless `root` was given;
-    `profile`: its settings (PROFILES)."""
+    `profile`: its settings (PROFILES), `extra` added to them."""
     os.environ.setdefault("PGPASSWORD", "secret")  # for the createdb/psql helper calls
-    server = PostgresServer(fsync=fsync, root=root, profile=profile)
+    server = PostgresServer(fsync=fsync, root=root, profile=profile, extra=extra)
     try:
         yield server.start()
     finally:
