@@ -408,6 +408,13 @@ def main() -> None:
         help="PostgreSQL: read every copy's tables and indexes into shared_buffers first",
     )
     parser.add_argument(
+        "--pg-set",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="PostgreSQL: a setting added to the profile's (repeatable), e.g. wal_compression=lz4",
+    )
+    parser.add_argument(
         "--pg-statements",
         action="store_true",
         help="PostgreSQL: load pg_stat_statements and report, per store, the server's time, "
@@ -429,6 +436,7 @@ def main() -> None:
         "pg settings": args.pg_settings,
         "prewarm": args.prewarm,
         "pg statements": args.pg_statements,
+        "pg set": args.pg_set,
         "parts": sorted(parts),
     }
     keep = args.work is not None
@@ -446,6 +454,7 @@ def main() -> None:
                 warm=args.prewarm,
                 parts=parts,
                 statements=args.pg_statements,
+                pg_set=dict(setting.split("=", 1) for setting in args.pg_set),
             )
             print(figures[kind], flush=True)
     finally:
@@ -467,9 +476,10 @@ def run(
     warm: bool = False,
     parts: set[str] = set(PARTS),  # noqa: B006 (never modified)
     statements: bool = False,
+    pg_set: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    extra = STATEMENTS if statements else None
+    extra = {**(STATEMENTS if statements else {}), **(pg_set or {})}
     server_cm = (
         running_server(root=work / "pg", profile=profile, extra=extra)
         if kind == "postgres"
