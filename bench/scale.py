@@ -493,6 +493,11 @@ def run(
         largest = max(sizes)
         if server is not None:  # copies an interrupted run left in the kept cluster
             with psycopg.connect(server.url, autocommit=True) as admin:
+                out["server settings"] = {  # as the server runs them
+                    name: admin.execute(f"SHOW {name}").fetchone()[0]  # type: ignore[index]
+                    for name in (*server.settings, "fsync", "full_page_writes", "wal_compression")
+                }
+                print(f"{kind}: {out['server settings']}", flush=True)
                 names = admin.execute("SELECT datname FROM pg_database WHERE datname ~ '_copy_'")
                 for (leftover,) in names.fetchall():
                     admin.execute(f"DROP DATABASE {leftover} WITH (FORCE)")
