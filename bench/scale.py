@@ -35,6 +35,7 @@ service, not one just copied. `--parts` runs some of the measurements only.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import http.client
 import multiprocessing as mp
 import os
@@ -138,13 +139,24 @@ def timed(fn: Callable[[], object], times: list[float]) -> None:
     times.append(time.perf_counter() - t0)
 
 
-def point_ops(stores: dict[str, tuple[StateStore, int]], rounds: int) -> dict[str, Any]:
+def point_ops(
+    stores: dict[str, tuple[StateStore, int]],
+    rounds: int,
+    cpu: dict[str, float] | None = None,
+    server_cpu: dict[str, Callable[[], float]] | None = None,
+) -> dict[str, Any]:
     """get/set/entry p50 per store, interleaved: each round runs 50 of each on every store,
-    one operation per store in turn (a burst of load hits every store alike)."""
+    one operation per store in turn (a burst of load hits every store alike). With `cpu`, it
+    also gets the mean CPU time per operation in µs, wall clock aside: this thread's (`client
+    <store> <op>`) and, for the stores in `server_cpu` (a reading of the CPU its database's
+    server processes have used), the server's (`server <store> <op>`)."""
     times: dict[tuple[str, str], list[float]] = {}
+    client: dict[tuple[str, str], float] = {}
+    server: dict[tuple[str, str], float] = {}
     rng = random.Random(7)
     for _ in range(rounds):
         for op in ("get", "set", "entry"):
+            before = {name: read() for name, read in (server_cpu or {}).items()}
             for _ in range(50):
                 for name, (store, n) in stores.items():
                     i = rng.randrange(n)
@@ -156,8 +168,35 @@ def point_ops(stores: dict[str, tuple[StateStore, int]], rounds: int) -> dict[st
                         "set": lambda s=state, k=key: s.set(k, {"offset": 1}),
                         "entry": lambda s=state, k=key: s.entry(k),
                     }[op]
+                    c0 = time.thread_time()
                     timed(fn, times.setdefault((name, op), []))
+                    client[name, op] = client.get((name, op), 0.0) + time.thread_time() - c0
+            for name, read in (server_cpu or {}).items():
+                server[name, op] = server.get((name, op), 0.0) + read() - before[name]
+    if cpu is not None:
+        calls = rounds * 50
+        for (name, op), used in client.items():
+            cpu[f"client {name} {op}"] = used / calls * 1e6
+        for (name, op), used in server.items():
+            cpu[f"server {name} {op}"] = used / calls * 1e6
     return {f"{name} {op}": p50(t) * 1000 for (name, op), t in times.items()}
+
+
+def database_cpu(admin: psycopg.Connection[Any], dbname: str) -> Callable[[], float]:
+    """A reading of the CPU seconds the server processes connected to `dbname` have used
+    (/proc/<pid>/schedstat, ns; the processes are on this machine)."""
+
+    def read() -> float:
+        pids = admin.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s", (dbname,)
+        ).fetchall()
+        used = 0
+        for (pid,) in pids:
+            with contextlib.suppress(OSError, ValueError, IndexError):  # exited since
+                used += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
+        return used / 1e9
+
+    return read
 
 
 def pages(store: StateStore, rounds: int) -> dict[str, float]:
@@ -604,7 +643,21 @@ def run(
                 if statements:  # from here on: the timed rounds only
                     with psycopg.connect(copies[f"s{largest}"], autocommit=True) as conn:
                         conn.execute("SELECT pg_stat_statements_reset()")
-                ops = point_ops({k: (s, int(k[1:])) for k, s in stores.items()}, rounds)
+                cpu: dict[str, float] = {}
+                readers: dict[str, Callable[[], float]] = {}
+                admin = psycopg.connect(server.url, autocommit=True) if server else None
+                if admin is not None:
+                    readers = {
+                        k: database_cpu(admin, u.rsplit("/", 1)[1]) for k, u in copies.items()
+                    }
+                ops = point_ops(
+                    {k: (s, int(k[1:])) for k, s in stores.items()}, rounds, cpu, readers
+                )
+                if admin is not None:
+                    admin.close()
+                for key, value in cpu.items():
+                    where, name, op = key.split(" ")
+                    out[f"{op} {where} CPU us/op {name}"] = round(value, 1)
                 if statements:
                     for k, u in copies.items():
                         costs = statement_costs(u)
