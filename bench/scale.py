@@ -143,16 +143,18 @@ def point_ops(
     stores: dict[str, tuple[StateStore, int]],
     rounds: int,
     cpu: dict[str, float] | None = None,
-    server_cpu: dict[str, Callable[[], float]] | None = None,
+    server_cpu: dict[str, Callable[[], tuple[float, int]]] | None = None,
 ) -> dict[str, Any]:
     """get/set/entry p50 per store, interleaved: each round runs 50 of each on every store,
     one operation per store in turn (a burst of load hits every store alike). With `cpu`, it
     also gets the mean CPU time per operation in µs, wall clock aside: this thread's (`client
     <store> <op>`) and, for the stores in `server_cpu` (a reading of the CPU its database's
-    server processes have used), the server's (`server <store> <op>`)."""
+    server processes have used, and their minor page faults), the server's (`server <store>
+    <op>`, and `faults <store> <op>` per operation)."""
     times: dict[tuple[str, str], list[float]] = {}
     client: dict[tuple[str, str], float] = {}
     server: dict[tuple[str, str], float] = {}
+    faults: dict[tuple[str, str], int] = {}
     rng = random.Random(7)
     for _ in range(rounds):
         for op in ("get", "set", "entry"):
@@ -172,29 +174,34 @@ def point_ops(
                     timed(fn, times.setdefault((name, op), []))
                     client[name, op] = client.get((name, op), 0.0) + time.thread_time() - c0
             for name, read in (server_cpu or {}).items():
-                server[name, op] = server.get((name, op), 0.0) + read() - before[name]
+                used, faulted = read()
+                server[name, op] = server.get((name, op), 0.0) + used - before[name][0]
+                faults[name, op] = faults.get((name, op), 0) + faulted - before[name][1]
     if cpu is not None:
         calls = rounds * 50
         for (name, op), used in client.items():
             cpu[f"client {name} {op}"] = used / calls * 1e6
         for (name, op), used in server.items():
             cpu[f"server {name} {op}"] = used / calls * 1e6
+            cpu[f"faults {name} {op}"] = faults[name, op] / calls
     return {f"{name} {op}": p50(t) * 1000 for (name, op), t in times.items()}
 
 
-def database_cpu(admin: psycopg.Connection[Any], dbname: str) -> Callable[[], float]:
+def database_cpu(admin: psycopg.Connection[Any], dbname: str) -> Callable[[], tuple[float, int]]:
     """A reading of the CPU seconds the server processes connected to `dbname` have used
-    (/proc/<pid>/schedstat, ns; the processes are on this machine)."""
+    (/proc/<pid>/schedstat, ns; the processes are on this machine), and of their minor page
+    faults (a process's first touch of a page of `shared_buffers` is one)."""
 
-    def read() -> float:
+    def read() -> tuple[float, int]:
         pids = admin.execute(
             "SELECT pid FROM pg_stat_activity WHERE datname = %s", (dbname,)
         ).fetchall()
-        used = 0
+        used = faulted = 0
         for (pid,) in pids:
             with contextlib.suppress(OSError, ValueError, IndexError):  # exited since
                 used += int(Path(f"/proc/{pid}/schedstat").read_text().split()[0])
-        return used / 1e9
+                faulted += int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])
+        return used / 1e9, faulted
 
     return read
 
@@ -644,7 +651,7 @@ def run(
                     with psycopg.connect(copies[f"s{largest}"], autocommit=True) as conn:
                         conn.execute("SELECT pg_stat_statements_reset()")
                 cpu: dict[str, float] = {}
-                readers: dict[str, Callable[[], float]] = {}
+                readers: dict[str, Callable[[], tuple[float, int]]] = {}
                 admin = psycopg.connect(server.url, autocommit=True) if server else None
                 if admin is not None:
                     readers = {
@@ -657,7 +664,8 @@ def run(
                     admin.close()
                 for key, value in cpu.items():
                     where, name, op = key.split(" ")
-                    out[f"{op} {where} CPU us/op {name}"] = round(value, 1)
+                    what = "minor faults/op" if where == "faults" else f"{where} CPU us/op"
+                    out[f"{op} {what} {name}"] = round(value, 1)
                 if statements:
                     for k, u in copies.items():
                         costs = statement_costs(u)
