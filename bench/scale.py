@@ -387,10 +387,11 @@ def start_writer(url: str) -> tuple[mp.process.BaseProcess, Event, Connection]:
 
 def while_writing(
     url: str, work: Callable[[], object], prepare: Callable[[], object] = lambda: None
-) -> tuple[float, float, float, float]:
+) -> tuple[float, float, float, float, float]:
     """Run `work` while a writer process sets task state (`prepare` first, outside the
     window): (work s, the writer's worst and p50 set ms among the sets started during it,
-    and its worst set in the 10 s before, alone: the control at this load)."""
+    its worst set in the 10 s before, alone: the control at this load, and its p99 set ms
+    during the work: less at the mercy of one descheduling than the worst)."""
     proc, stop, receive = start_writer(url)
     time.sleep(1.0)
     alone = time.time()
@@ -407,7 +408,8 @@ def while_writing(
     proc.join()
     during = [latency for at, latency in samples if begin <= at <= end]
     control = [latency for at, latency in samples if alone <= at <= alone_end]
-    return took, worst(during) * 1000, p50(during) * 1000, worst(control) * 1000
+    p99 = sorted(during)[int(len(during) * 0.99)] if during else float("nan")
+    return took, worst(during) * 1000, p50(during) * 1000, worst(control) * 1000, p99 * 1000
 
 
 def clean_rss(url: str, objects: Path) -> tuple[float, str]:
@@ -704,13 +706,14 @@ def run(
         if loaded("cleanup"):  # the expired rows (10%) deleted while a writer sets task state
             url = copy(f"s{largest}")
             with StateStore(url, settings=Settings()) as store:
-                took, worst_ms, p50_ms, alone_ms = while_writing(
+                took, worst_ms, p50_ms, alone_ms, p99_ms = while_writing(
                     url, lambda: store.cleanup(batch_size=10_000)
                 )
             drop(url)
             out["cleanup s"] = round(took, 1)
             out["cleanup writer worst set ms"] = round(worst_ms, 1)
             out["cleanup writer p50 set ms"] = round(p50_ms, 2)
+            out["cleanup writer p99 set ms"] = round(p99_ms, 2)
             out["cleanup writer worst set ms, alone before it"] = round(alone_ms, 1)
             out["load after cleanup"] = [round(x, 2) for x in os.getloadavg()]
             print(out, flush=True)
@@ -737,7 +740,7 @@ def run(
                     conn.execute(f"DELETE FROM {pg.VERSION_TABLE} WHERE version >= {first}")
 
             backend = pg.PostgresBackend(url)
-            took, worst_ms, p50_ms, alone_ms = while_writing(url, backend.migrate, unbuild)
+            took, worst_ms, p50_ms, alone_ms, _ = while_writing(url, backend.migrate, unbuild)
             backend.close()
             drop(url)
             out[f"migration {first}+ (CREATE INDEX CONCURRENTLY) s"] = round(took, 1)
