@@ -705,10 +705,27 @@ def run(
             print(out, flush=True)
         if loaded("cleanup"):  # the expired rows (10%) deleted while a writer sets task state
             url = copy(f"s{largest}")
+            checkpoints = (
+                "SELECT checkpoints_req, checkpoints_timed, pg_current_wal_lsn() "
+                "FROM pg_stat_bgwriter"
+            )
+            if kind == "postgres":
+                with psycopg.connect(url, autocommit=True) as conn:
+                    before = conn.execute(checkpoints).fetchone()
             with StateStore(url, settings=Settings()) as store:
                 took, worst_ms, p50_ms, alone_ms, p99_ms = while_writing(
                     url, lambda: store.cleanup(batch_size=10_000)
                 )
+            if kind == "postgres":  # during the whole window (the writer alone included)
+                with psycopg.connect(url, autocommit=True) as conn:
+                    after = conn.execute(checkpoints).fetchone()
+                    assert before is not None and after is not None
+                    wal = conn.execute(
+                        "SELECT pg_wal_lsn_diff(%s, %s)", (after[2], before[2])
+                    ).fetchone()
+                out["cleanup window checkpoints forced by WAL"] = after[0] - before[0]
+                out["cleanup window checkpoints timed"] = after[1] - before[1]
+                out["cleanup window WAL GB"] = round(float(wal[0]) / 2**30, 2) if wal else None
             drop(url)
             out["cleanup s"] = round(took, 1)
             out["cleanup writer worst set ms"] = round(worst_ms, 1)
