@@ -26,10 +26,13 @@ Measured, sides interleaved in one process, with the load average printed:
 (tests/postgres_server.py `server_settings`) instead of the test suite's; every store of a run
 is on the same server, so the ratios compare like with like. `--prewarm` loads every copy's
 tables and indexes into `shared_buffers` (`pg_prewarm`) before the timed rounds: a store in
-service, not one just copied. `--parts` runs some of the measurements only.
+service, not one just copied. `--pg-set NAME=VALUE` adds a setting to the profile's;
+`--pg-statements` reports, per store, what the server did for each point statement
+(`pg_stat_statements`: time, buffers, WAL). `--parts` runs some of the measurements only.
 
     .venv/bin/python bench/scale.py [--sizes 10000,1000000] [--backends sqlite,postgres]
-        [--pg-settings test|production] [--prewarm] [--parts point,pages,discovery,http,...]
+        [--pg-settings test|production] [--prewarm] [--pg-statements] [--pg-set NAME=VALUE]
+        [--parts point,pages,discovery,http,cleanup,clean,migration]
 """
 
 from __future__ import annotations
