@@ -249,7 +249,10 @@ class PostgresServer:
         return out.strip() == "1"
 
     def _options(self) -> str:
-        return " ".join(f"-c {name}={value}" for name, value in self.settings.items())
+        # The socket in this root, whatever the kept cluster's configuration says (a cluster
+        # copied from another root would put it there).
+        settings = {**self.settings, "unix_socket_directories": str(self.root)}
+        return " ".join(f"-c {name}={value}" for name, value in settings.items())
 
     def _pg_ctl_start(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-l", str(self.root / "log"), "-w",
