@@ -63,6 +63,7 @@ from taskstate.values import (
 from taskstate.writers import Writer, task_writer, writer_text
 
 if TYPE_CHECKING:
+    from taskstate.ops import Op
     from taskstate.store import StateStore
 
 T = TypeVar("T")
@@ -520,14 +521,43 @@ class _Accessor:
             self._backend.clear(self._ns)
         self._store.objects.discard_superseded(refs)
 
-    def _update(self, key: str, fn: Callable[[Any], Any], default: Any, retention: object) -> Any:
+    def _update(
+        self,
+        key: str,
+        fn: Callable[[Any], Any],
+        default: Any,
+        retention: object,
+        write_id: str | None = None,
+    ) -> Any:
         check_key(key)
 
         def decide(present: bool, current: Any) -> tuple[str, Any]:
             new = fn(current if present else default)
             return self._encode(key, new), new
 
-        return self._atomic(key, decide, retention, "update")
+        return self._atomic(key, decide, retention, "update", write_id)
+
+    def apply(self, key: str, op: Op, default: Any, retention: object, write_id: str | None) -> Any:
+        """`update(key, op, default=...)` for the HTTP API's update route: the new value. A
+        request re-sent with a recorded `write_id` applies nothing and answers the first
+        one's new value, from the key or its kept history; `GONE` when neither still holds
+        it (the key moved on past the kept versions). Not the public API."""
+        try:
+            return self._update(key, op, default, retention, write_id)
+        except WriteRecorded as recorded:
+            return self._first_outcome(key, recorded.etag)
+
+    def _first_outcome(self, key: str, etag: str | None) -> Any:
+        found = self._backend.get(self._ns, key)
+        if found is not None and etag_of(*found) == etag:
+            return self._store.load_value(found.value)
+        rows = self._versioned.versions(self._ns, key, limit=self._history) if self._history else []
+        for row in rows:
+            if row.value is not None and (
+                etag_of(row.value, row.expires_at, row.updated_by, row.updated_at) == etag
+            ):
+                return self._store.load_value(row.value)
+        return GONE
 
     def _compare_and_set(self, key: str, expected: Any, new: Any, retention: object) -> bool:
         # `expected` obeys the value rules too: a tuple is refused, not taken for a list.
@@ -546,11 +576,13 @@ class _Accessor:
         decide: Callable[[bool, Any], tuple[str | None, T]],
         retention: object,
         op: str,
+        write_id: str | None = None,
     ) -> T:
         """Read-modify-write of one key. `decide(present, current)` returns the encoded new
         value (None: write nothing) and the result. Without offloading it runs inside the
         backend's transaction; with it, the upload happens outside and the write commits only
-        if the row is still the one that was read (else everything runs again)."""
+        if the row is still the one that was read (else everything runs again). `write_id`:
+        recorded with the write; `WriteRecorded` when a write with it was applied already."""
         if self._worker is None:
 
             def step(entry: Entry | None) -> tuple[Entry | None, T]:
@@ -563,7 +595,7 @@ class _Accessor:
                     return None, result
                 return Entry(text, self._expiry(retention, now), self._writer), result
 
-            return self._transact(key, step, op)
+            return self._transact(key, step, op, write_id)
         while True:
             seen = self._backend.get(self._ns, key)
             now = self._clock()
@@ -576,17 +608,23 @@ class _Accessor:
             uploaded: list[str] = []
             stored = self._offload(key, text, uploaded)
             entry = Entry(stored, self._expiry(retention, now), self._writer)
-            if self._commit_if_unchanged(key, seen, entry, uploaded, op):
+            if self._commit_if_unchanged(key, seen, entry, uploaded, op, write_id):
                 return result
 
     def _commit_if_unchanged(
-        self, key: str, seen: Entry | None, entry: Entry, uploaded: list[str], op: str
+        self,
+        key: str,
+        seen: Entry | None,
+        entry: Entry,
+        uploaded: list[str],
+        op: str,
+        write_id: str | None = None,
     ) -> bool:
         def step(current: Entry | None) -> tuple[Entry | None, bool]:
             return (entry, True) if current == seen else (None, False)
 
         try:
-            done = self._transact(key, step, op)
+            done = self._transact(key, step, op, write_id)
         except BaseException:
             self._store.objects.discard(uploaded)
             raise

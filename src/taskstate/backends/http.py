@@ -295,6 +295,8 @@ class HttpClient:
         # The server said it keeps the write ledger (`wire.WRITE_IDS_HEADER`, on every state
         # route's answer): a write carrying a write id may then be re-sent as it is.
         self.ledger = False
+        # Update operations go to the server's update route until it says it has none.
+        self.update_route = True
 
     def _headers(self, request: Request) -> dict[str, str]:
         sent = {"Accept": wire.JSON_TYPE}
