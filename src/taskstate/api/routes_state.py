@@ -1046,6 +1046,17 @@ def document(schema: dict[str, Any], *, by_id: bool) -> None:
         "delete": _operation(tag, "Delete task state", [*task, key, if_match],
                              {**ok, **gone, **failed}),
     }  # fmt: skip
+    updated = {
+        **entry(models.UpdateResult),
+        "412": {"description": "The write id was already used for another key"},
+    }
+    write_id = _param(WRITE_ID_HEADER, "header", {**text, "maxLength": MAX_WRITE_ID},
+                      "The client's id of this update: a re-sent copy applies nothing and "
+                      "answers the first one's new value.")  # fmt: skip
+    schema["paths"][_TASK + "/taskstate-update/{key}"] = {
+        "post": _operation(tag, "Update task state", [*task, key, write_id], updated,
+                           _schema(components, models.TaskUpdateBody)),
+    }  # fmt: skip
     history = _history_operations(components, key, if_match)
     tag = "State History"
     schema["paths"][_TASK + "/taskstate-history"] = {
@@ -1084,6 +1095,10 @@ def document(schema: dict[str, Any], *, by_id: bool) -> None:
                               asset + history["get"], history["read"]),
             "post": _operation("State History", f"Restore asset state version{by}",
                                [*asset, *history["post"]], history["restored"], history["body"]),
+        }  # fmt: skip
+        schema["paths"][prefix.replace("/state-store", "/taskstate-update") + "/{key}"] = {
+            "post": _operation(tag, f"Update asset state{by}", [*asset, key, write_id], updated,
+                               _schema(components, models.AssetUpdateBody)),
         }  # fmt: skip
         schema["paths"][prefix + "/{key}"] = {
             "get": _operation(tag, f"Get asset state{by}", [*asset, key, if_none],
