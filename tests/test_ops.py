@@ -218,6 +218,10 @@ def test_a_resent_update_applies_once_and_answers_its_first_new_value(
         other = store.task_state(T, writer={"kind": "api", "subject": "b", "write_id": "w2"})
         clock.now += 1
         assert other.apply("n", add(1), 0, None, "w2") == 6
-        # The key moved on: the first value from the kept history, or unknown without it.
-        assert first.apply("n", add(5), 0, None, "w1") == (5 if history else GONE)
+        # The key moved on: the first new value, from the ledger (history on or off).
+        assert first.apply("n", add(5), 0, None, "w1") == 5
         assert store.task_state(T).get("n") == 6
+        # An id that another kind of write recorded (a conditional PUT) has no value kept.
+        first.write("m", 1, if_none_match=True, write_id="w3")
+        assert first.apply("m", add(1), 0, None, "w3") is GONE
+        assert store.task_state(T).get("m") == 1

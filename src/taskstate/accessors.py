@@ -347,14 +347,18 @@ class _Accessor:
         op: str,
         write_id: str | None = None,
         now: float | None = None,
+        keep_value: bool = False,
     ) -> T:
-        """`step` on `key` in one backend transaction, stamped `now` (default: the clock's)."""
+        """`step` on `key` in one backend transaction, stamped `now` (default: the clock's);
+        `keep_value`: the ledger keeps the value written with `write_id`."""
         now = self._clock() if now is None else now
         stamp = Stamp(op, now, self._writer) if self._history else None
         ledger = write_id if self._backend.records_writes else None
         if stamp is None and ledger is None:
             return self._backend.transact(self._ns, key, step, now)
-        return self._versioned.transact(self._ns, key, step, now, stamp, write_id=ledger)
+        return self._versioned.transact(
+            self._ns, key, step, now, stamp, write_id=ledger, keep_value=keep_value
+        )
 
     def _stamp(self, op: str) -> Stamp | None:
         return Stamp(op, self._clock(), self._writer) if self._history else None
@@ -540,24 +544,12 @@ class _Accessor:
     def apply(self, key: str, op: Op, default: Any, retention: object, write_id: str | None) -> Any:
         """`update(key, op, default=...)` for the HTTP API's update route: the new value. A
         request re-sent with a recorded `write_id` applies nothing and answers the first
-        one's new value, from the key or its kept history; `GONE` when neither still holds
-        it (the key moved on past the kept versions). Not the public API."""
+        one's new value, which the ledger kept with it; `GONE` when the id was recorded by
+        another kind of write (its value not kept). Not the public API."""
         try:
             return self._update(key, op, default, retention, write_id)
         except WriteRecorded as recorded:
-            return self._first_outcome(key, recorded.etag)
-
-    def _first_outcome(self, key: str, etag: str | None) -> Any:
-        found = self._backend.get(self._ns, key)
-        if found is not None and etag_of(*found) == etag:
-            return self._store.load_value(found.value)
-        rows = self._versioned.versions(self._ns, key, limit=self._history) if self._history else []
-        for row in rows:
-            if row.value is not None and (
-                etag_of(row.value, row.expires_at, row.updated_by, row.updated_at) == etag
-            ):
-                return self._store.load_value(row.value)
-        return GONE
+            return GONE if recorded.value is None else self._store.load_value(recorded.value)
 
     def _compare_and_set(self, key: str, expected: Any, new: Any, retention: object) -> bool:
         # `expected` obeys the value rules too: a tuple is refused, not taken for a list.
@@ -595,7 +587,7 @@ class _Accessor:
                     return None, result
                 return Entry(text, self._expiry(retention, now), self._writer), result
 
-            return self._transact(key, step, op, write_id)
+            return self._transact(key, step, op, write_id, keep_value=True)
         while True:
             seen = self._backend.get(self._ns, key)
             now = self._clock()
@@ -624,7 +616,7 @@ class _Accessor:
             return (entry, True) if current == seen else (None, False)
 
         try:
-            done = self._transact(key, step, op, write_id)
+            done = self._transact(key, step, op, write_id, keep_value=True)
         except BaseException:
             self._store.objects.discard(uploaded)
             raise

@@ -288,12 +288,12 @@ class _Remote(_Accessor):
                 raise
             self._http.update_route = False
             return super()._update(key, fn, default, retention)
-        if wire.VALUE not in answer:
+        if wire.VALUE not in answer:  # the id recorded by another kind of write
             raise OutcomeUnknownError(
                 f"the taskstate server at {self._http.host}: {fn!r} on {key!r} in {self.scope} "
-                "was applied exactly once (its answer was lost and the request re-sent), but "
-                "the key has moved on past its kept history, so its new value is unknown: "
-                "read the key"
+                "was answered as a write already applied under its write id, without the "
+                "value it wrote, so its new value is unknown; it was not applied again: read "
+                "the key"
             )
         return answer[wire.VALUE]
 

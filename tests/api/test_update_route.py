@@ -60,7 +60,7 @@ def test_a_resent_copy_applies_once_and_answers_the_first_new_value(
         "key": "n",
         "value": 2,
     }
-    # The key moved on: the first copy's value, from the kept history.
+    # The key moved on: the first copy's value, which the ledger kept with it.
     assert api.post(f"{UPDATE}/n", json=body, headers=first).json()["value"] == 1
     assert served.store.task_state(SCOPE).get("n") == 2
     # One id names one write: never another key's.
@@ -68,16 +68,26 @@ def test_a_resent_copy_applies_once_and_answers_the_first_new_value(
     assert used.status_code == 412 and "another key" in used.text
 
 
-def test_without_history_a_moved_on_key_answers_applied_without_its_value(
+def test_without_history_a_moved_on_key_still_answers_the_first_new_value(
     tmp_path: Path, clock: Clock
 ) -> None:
     for served in _serve(tmp_path, clock, SigningKeys([SECRET]), history_versions=0):
         with served.admin() as api:
             body, first = {"op": "add", "value": 1}, {"X-Taskstate-Write-Id": "one"}
             api.post(f"{UPDATE}/n", json=body, headers=first)
-            api.post(f"{UPDATE}/n", json=body)
-            assert api.post(f"{UPDATE}/n", json=body, headers=first).json() == {"key": "n"}
-            assert served.store.task_state(SCOPE).get("n") == 2
+            for _ in range(30):  # far past any kept history
+                api.post(f"{UPDATE}/n", json=body)
+            assert api.post(f"{UPDATE}/n", json=body, headers=first).json() == {
+                "key": "n",
+                "value": 1,
+            }
+            assert served.store.task_state(SCOPE).get("n") == 31
+            # An id a conditional PUT recorded: applied, no value kept to answer with.
+            put = {"X-Taskstate-Write-Id": "put", "If-None-Match": "*"}
+            assert api.put(f"{STATE}/m", json={"value": 1}, headers=put).status_code == 204
+            again = api.post(f"{UPDATE}/m", json=body, headers={"X-Taskstate-Write-Id": "put"})
+            assert again.json() == {"key": "m"}
+            assert served.store.task_state(SCOPE).get("m") == 1
 
 
 def test_a_read_only_token_may_not_update(served: Served) -> None:

@@ -135,6 +135,10 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS {WRITES}_age ON {WRITES} (written_at)
     """,
+    # The ledger keeps what an update operation wrote (`outcome`, the row's text; NULL for
+    # every other write), so its re-sent copy answers the first one's new value however far
+    # the key has moved on since (docs/api.md, "Update operations"). O(1): no rewrite.
+    f"ALTER TABLE {WRITES} ADD COLUMN outcome TEXT",
 ]
 
 _GET = (
@@ -352,8 +356,11 @@ _GONE = " RETURNING namespace, key"
 # Rows deleted (and their deletion versions recorded) per statement of an unbatched cleanup
 # with history: what it holds in memory at once.
 _EXPIRE_CHUNK = 1000
-_RECORDED = f"SELECT namespace, key, etag FROM {WRITES} WHERE write_id = ?"
-_RECORD = f"INSERT INTO {WRITES} VALUES (?, ?, ?, ?, ?)"
+_RECORDED = f"SELECT namespace, key, etag, outcome FROM {WRITES} WHERE write_id = ?"
+_RECORD = (
+    f"INSERT INTO {WRITES} (write_id, namespace, key, etag, written_at, outcome) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
 _FORGET_WRITES = (
     f"DELETE FROM {WRITES} WHERE write_id IN "
     f"(SELECT write_id FROM {WRITES} WHERE written_at < ? LIMIT ?)"
@@ -730,7 +737,7 @@ class SQLiteBackend(HistoryBackend):
             _raise_if_recorded(conn, write_id, namespace, key)
             gone = self._deleting(_DELETE_IF, (*params, version.updated_at), stamp, conn) > 0
             if gone:
-                conn.execute(_RECORD, (write_id, namespace, key, None, time.time()))
+                conn.execute(_RECORD, (write_id, namespace, key, None, time.time(), None))
         return gone
 
     @_typed_errors
@@ -754,6 +761,7 @@ class SQLiteBackend(HistoryBackend):
         now: float,
         stamp: Stamp | None = None,
         write_id: str | None = None,
+        keep_value: bool = False,
     ) -> T:
         """As `HistoryBackend.transact`: read, `fn` and write under `BEGIN IMMEDIATE` (the
         file's write lock, so a request re-sent with the same `write_id` waits for the first)."""
@@ -767,7 +775,8 @@ class SQLiteBackend(HistoryBackend):
                 conn.execute(_SET, (namespace, key, *params))
                 if write_id is not None:
                     etag = etag_of(new.value, new.expires_at, new.updated_by, now)
-                    conn.execute(_RECORD, (write_id, namespace, key, etag, now))
+                    outcome = new.value if keep_value else None
+                    conn.execute(_RECORD, (write_id, namespace, key, etag, now, outcome))
                 if stamp is not None and self.history_versions:
                     self._append(
                         conn,
