@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import sqlite3
 import threading
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -225,3 +226,10 @@ def test_a_resent_update_applies_once_and_answers_its_first_new_value(
         first.write("m", 1, if_none_match=True, write_id="w3")
         assert first.apply("m", add(1), 0, None, "w3") is GONE
         assert store.task_state(T).get("m") == 1
+        # `clean` forgets the ledger and the values it kept, past its horizon.
+        store.backend.forget_writes(clock.now + 10, 1000)
+        if database_url.startswith("sqlite"):
+            with sqlite3.connect(database_url.removeprefix("sqlite:///")) as conn:
+                kept = conn.execute("SELECT count(*) FROM taskstate_write_outcomes").fetchone()
+            assert kept == (0,)
+        assert first.apply("n", add(5), 0, None, "w1") == 11  # now a new write

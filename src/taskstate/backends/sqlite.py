@@ -58,6 +58,7 @@ TABLE = "taskstate_entries"
 VERSIONS = "taskstate_versions"
 MARKS = "taskstate_version_marks"
 WRITES = "taskstate_write_ids"
+OUTCOMES = "taskstate_write_outcomes"
 
 _HEX32 = "[0-9a-f]" * 32
 
@@ -135,10 +136,18 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS {WRITES}_age ON {WRITES} (written_at)
     """,
-    # The ledger keeps what an update operation wrote (`outcome`, the row's text; NULL for
-    # every other write), so its re-sent copy answers the first one's new value however far
-    # the key has moved on since (docs/api.md, "Update operations"). O(1): no rewrite.
-    f"ALTER TABLE {WRITES} ADD COLUMN outcome TEXT",
+    # The ledger keeps what an update operation wrote (the row's text), so its re-sent copy
+    # answers the first one's new value however far the key has moved on since (docs/api.md,
+    # "Update operations"). A table of its own, not a column: an older taskstate writing the
+    # same file inserts ledger rows without naming their columns. Pruned with the ledger.
+    f"""
+    CREATE TABLE IF NOT EXISTS {OUTCOMES} (
+        write_id   TEXT NOT NULL PRIMARY KEY,
+        outcome    TEXT NOT NULL,
+        written_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS {OUTCOMES}_age ON {OUTCOMES} (written_at)
+    """,
 ]
 
 _GET = (
@@ -356,10 +365,15 @@ _GONE = " RETURNING namespace, key"
 # Rows deleted (and their deletion versions recorded) per statement of an unbatched cleanup
 # with history: what it holds in memory at once.
 _EXPIRE_CHUNK = 1000
-_RECORDED = f"SELECT namespace, key, etag, outcome FROM {WRITES} WHERE write_id = ?"
-_RECORD = (
-    f"INSERT INTO {WRITES} (write_id, namespace, key, etag, written_at, outcome) "
-    "VALUES (?, ?, ?, ?, ?, ?)"
+_RECORDED = (
+    f"SELECT w.namespace, w.key, w.etag, o.outcome FROM {WRITES} AS w "
+    f"LEFT JOIN {OUTCOMES} AS o ON o.write_id = w.write_id WHERE w.write_id = ?"
+)
+_RECORD = f"INSERT INTO {WRITES} VALUES (?, ?, ?, ?, ?)"
+_KEEP_OUTCOME = f"INSERT INTO {OUTCOMES} VALUES (?, ?, ?)"
+_FORGET_OUTCOMES = (
+    f"DELETE FROM {OUTCOMES} WHERE write_id IN "
+    f"(SELECT write_id FROM {OUTCOMES} WHERE written_at < ? LIMIT ?)"
 )
 _FORGET_WRITES = (
     f"DELETE FROM {WRITES} WHERE write_id IN "
@@ -737,7 +751,7 @@ class SQLiteBackend(HistoryBackend):
             _raise_if_recorded(conn, write_id, namespace, key)
             gone = self._deleting(_DELETE_IF, (*params, version.updated_at), stamp, conn) > 0
             if gone:
-                conn.execute(_RECORD, (write_id, namespace, key, None, time.time(), None))
+                conn.execute(_RECORD, (write_id, namespace, key, None, time.time()))
         return gone
 
     @_typed_errors
@@ -775,8 +789,9 @@ class SQLiteBackend(HistoryBackend):
                 conn.execute(_SET, (namespace, key, *params))
                 if write_id is not None:
                     etag = etag_of(new.value, new.expires_at, new.updated_by, now)
-                    outcome = new.value if keep_value else None
-                    conn.execute(_RECORD, (write_id, namespace, key, etag, now, outcome))
+                    conn.execute(_RECORD, (write_id, namespace, key, etag, now))
+                    if keep_value:
+                        conn.execute(_KEEP_OUTCOME, (write_id, new.value, now))
                 if stamp is not None and self.history_versions:
                     self._append(
                         conn,
@@ -1020,8 +1035,11 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def forget_writes(self, before: float, limit: int) -> int:
-        """As `StateBackend.forget_writes`: one bounded DELETE through the `written_at` index."""
-        return int(self._conn().execute(_FORGET_WRITES, (before, limit)).rowcount)
+        """As `StateBackend.forget_writes`: one bounded DELETE through the `written_at` index
+        (and one of the update operations' kept values, which are fewer)."""
+        conn = self._conn()
+        conn.execute(_FORGET_OUTCOMES, (before, limit))
+        return int(conn.execute(_FORGET_WRITES, (before, limit)).rowcount)
 
     @_typed_errors
     def schema_status(self) -> SchemaStatus:
