@@ -4,6 +4,8 @@ goes. Not in CI.
 Takes the template stores `scale.py --work DIR` built (10 k and 10 M rows, copied here, never
 modified) and measures, every side interleaved in one process, with the load average printed:
 - the primary key's b-tree depth and page count in each store (`dbstat`);
+- what a point read pays at any size: the statement cache, the per-read transaction, the
+  accessor (the raw SELECT against `get`);
 - point reads: `get` / `entry` p50 on the 10 k and 10 M copies, through a plain URL and one
   with `?mmap_size=` (the whole file mapped), first cold (pages never touched by this process),
   then after one read of the whole table per connection (every page mapped: a long-lived
@@ -81,6 +83,47 @@ def point_reads(stores: dict[tuple[str, str], tuple[StateStore, int]], n: int) -
                 read(key)
                 times.setdefault(f"{op} {how} {size}", []).append(time.perf_counter() - t0)
     return {name: round(p50_us(t), 2) for name, t in times.items()}
+
+
+def fixed_costs(copies: dict[str, Path], n: int) -> dict[str, Any]:
+    """What a point read pays at any size, interleaved on both stores: the raw primary-key
+    SELECT with `sqlite3`'s statement cache (as the backend runs it), without it, inside one
+    read transaction held open (no per-read transaction), and `get` through the accessor."""
+    sides: dict[tuple[str, str], tuple[Callable[[Any, str], object], int]] = {}
+    for size, copy in copies.items():
+        rows = 10_000 if size == "10k" else 10_000_000
+        for how, cached in (("cached", 64), ("uncached", 0), ("one transaction", 64)):
+            conn = sqlite3.connect(copy, isolation_level=None, cached_statements=cached)
+            if how == "one transaction":
+                conn.execute("BEGIN")
+                conn.execute(f"SELECT 1 FROM {lite.TABLE} LIMIT 1").fetchone()
+
+            def raw(scope: Any, key: str, c: sqlite3.Connection = conn) -> object:
+                return c.execute(lite._GET, (scope.namespace, key)).fetchone()
+
+            sides[how, size] = (raw, rows)
+        store = StateStore(f"sqlite:///{copy}", settings=Settings(), clock=lambda: NOW)
+        sides["accessor get", size] = (
+            lambda scope, key, s=store: s.task_state(scope).get(key),
+            rows,
+        )
+    rng = random.Random(13)
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(n):
+        for side, (read, rows) in sides.items():
+            i = rng.randrange(rows)
+            i -= i % 100 == 50
+            scope, key = scope_of(i)
+            t0 = time.perf_counter()
+            read(scope, key)
+            times.setdefault(side, []).append(time.perf_counter() - t0)
+    out: dict[str, Any] = {}
+    for how in ("cached", "uncached", "one transaction", "accessor get"):
+        small, big = p50_us(times[how, "10k"]), p50_us(times[how, "10M"])
+        out[f"{how} us 10k / 10M"] = [round(small, 2), round(big, 2)]
+        print(f"fixed   {how:15} 10k {small:6.2f} us  10M {big:6.2f} us  gap {big - small:5.2f} us",
+              flush=True)  # fmt: skip
+    return out
 
 
 def ratios(found: dict[str, float], out: dict[str, Any], label: str) -> None:
@@ -186,6 +229,7 @@ def main() -> None:
                     f"sqlite:///{copy}{query}", settings=Settings(), clock=lambda: NOW
                 )
                 stores[size, how] = (store, 10_000 if size == "10k" else 10_000_000)
+        figures["fixed costs"] = fixed_costs(copies, args.reads)
         ratios(point_reads(stores, args.reads), figures, "cold")
         for store, _ in stores.values():  # every page read once: mapped, for the mmap side
             store.backend._conn().execute(f"SELECT count(value) FROM {lite.TABLE}").fetchone()  # type: ignore[attr-defined]
