@@ -108,14 +108,19 @@ def as_of(name: str, url: str, versions: int) -> None:
     ]
     past: list[float] = []
     plain: list[float] = []
+    past_cpu: list[float] = []  # this thread's CPU: on SQLite all of it, waiting for a CPU not
     for at in instants:  # interleaved: both see the same moments of load
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         state.get("cursor", as_of=at)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         state.get("cursor")
         past.append(t1 - t0)
+        past_cpu.append(c1 - c0)
         plain.append(time.perf_counter() - t1)
-    for what, times in (("get(as_of=)", sorted(past)), ("plain get", sorted(plain))):
+    measured = [("get(as_of=)", sorted(past)), ("plain get", sorted(plain))]
+    if name == "sqlite":
+        measured.append(("get(as_of=) thread CPU", sorted(past_cpu)))
+    for what, times in measured:
         p50, p99 = times[len(times) // 2], times[int(len(times) * 0.99)]
         print(
             f"{name} {what} on a key with {versions} versions: "
