@@ -257,6 +257,18 @@ class _Accessor:
         scope holds: `total` is exact when the matches end on this page; when more follow it is
         `offset + limit + 1` with `exact` False. `exact_total` (or `limit` 0: only the total is
         wanted) counts every match instead, an index range count, O(matches)."""
+        rows = self.row_page(
+            limit=limit, offset=offset, key_prefix=key_prefix, exact_total=exact_total
+        )
+        entries = (self._store.entry_of(row) for row in rows.items)
+        return Page([entry for entry in entries if entry is not None], rows.total, rows.exact)
+
+    def row_page(
+        self, *, limit: int = 50, offset: int = 0, key_prefix: str = "", exact_total: bool = False
+    ) -> Page[Row]:
+        """`page` with the rows as stored (values still JSON text, maybe offload references):
+        what the server answers a listing from without decoding a value or hashing an ETag a
+        listing does not carry (`wire.entry_json`)."""
         now = self._clock()
         ns = self._ns
         if exact_total or limit <= 0:
@@ -265,21 +277,17 @@ class _Accessor:
                 if limit > 0
                 else []
             )
-            total = self._backend.count(ns, now, exact=True, key_prefix=key_prefix)
-            return self._page(rows, total, exact=True)
+            return Page(rows, self._backend.count(ns, now, exact=True, key_prefix=key_prefix))
         rows = self._backend.rows(ns, now, key_prefix=key_prefix, limit=limit + 1, offset=offset)
         if len(rows) > limit:
-            return self._page(rows[:limit], offset + limit + 1, exact=False)
+            return Page(rows[:limit], offset + limit + 1, exact=False)
         if rows or offset == 0:
-            return self._page(rows, offset + len(rows), exact=True)
+            return Page(rows, offset + len(rows))
         # Past the end: the matches number at most `offset`, and counting them costs what the
         # OFFSET skip just did.
-        total = self._backend.count(ns, now, exact=True, key_prefix=key_prefix, cap=offset + 1)
-        return self._page(rows, total, exact=True)
-
-    def _page(self, rows: list[Row], total: int, *, exact: bool) -> Page[StoredEntry]:
-        entries = (self._store.entry_of(row) for row in rows)
-        return Page([entry for entry in entries if entry is not None], total, exact)
+        return Page(
+            rows, self._backend.count(ns, now, exact=True, key_prefix=key_prefix, cap=offset + 1)
+        )
 
     # -- writing --------------------------------------------------------------------------
 
