@@ -8,12 +8,14 @@ twins are the accessors' own: the synchronous call on taskstate's thread pool, n
 event loop (`bench/trigger_loop_lag.py` measured httpx on the loop at twice the heartbeat lag and
 a tenth of the calls per second).
 
-Atomic updates (`update`, `compare_and_set`) are GET-with-ETag → compute → `PUT If-Match`
-(`If-None-Match: *` to create) → again on 412, so writers on other machines lose nothing. A lost
-race is contention, not an outage: it is tried again after a jittered backoff for as long as
-the client's retry window (`HttpBackend(retry_window=)`), counted from the first lost race, and
-only then `BackendBusyError`. Each
-attempt carries a write id (`X-Taskstate-Write-Id`). A server that keeps the write ledger
+An `update` with an update operation (`taskstate.ops`) is one POST to the update route, which
+the server applies in one transaction (its write id makes a re-sent copy answer the first new
+value). Other atomic updates (`update` with a function, `compare_and_set`) are GET-with-ETag
+→ compute → `PUT If-Match` (`If-None-Match: *` to create) → again on 412, so writers on other
+machines lose nothing. A lost race is contention, not an outage: it is tried again after a
+jittered backoff for as long as the client's retry window (`HttpBackend(retry_window=)`),
+counted from the first lost race, and only then `BackendBusyError`. Each attempt carries a
+write id (`X-Taskstate-Write-Id`). A server that keeps the write ledger
 (docs/api.md, "Write ids") records it with the write, in its transaction: when an attempt's
 answer is lost (timeout, reset, a proxy's 502/504), the transport sends the same request again
 within the retry window and the server answers with the first outcome — applied once, and
