@@ -18,6 +18,7 @@ from taskstate import AssetScope, StateStore, TaskScope
 from taskstate.api.serve import standalone_app
 from taskstate.api.tokens import SigningKeys
 from taskstate.backends.http import HttpBackend
+from taskstate.errors import OutcomeUnknownError
 from taskstate.ops import add
 from taskstate.settings import Settings
 
@@ -163,3 +164,48 @@ def test_an_older_server_gets_the_optimistic_path(older: tuple[StateStore, str])
         assert not backend.http.update_route  # asked once, then GET + conditional PUT
         assert state.update("n", add(1)) == 2
     assert database.task_state(SCOPE).get("n") == 2
+
+
+class _MidUpgrade:
+    """A balancer over a new replica and an older one: the first update request reaches the
+    new one and is applied, but the balancer loses its answer (a 502); the re-sent copy lands
+    on the older replica, which has no update route."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+        self.updates = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or "/taskstate-update/" not in scope["path"]:
+            await self.app(scope, receive, send)
+            return
+        self.updates += 1
+        if self.updates == 1:
+
+            async def lost(message: dict) -> None:  # type: ignore[type-arg]
+                if message["type"] == "http.response.start":
+                    message = {**message, "status": 502, "headers": []}
+                elif message["type"] == "http.response.body":
+                    message = {**message, "body": b""}
+                await send(message)
+
+            await self.app(scope, receive, lost)
+            return
+        await _Older(self.app)(scope, receive, send)
+
+
+def test_a_resent_update_that_meets_an_older_replica_is_an_unknown_outcome_not_a_second_try(
+    tmp_path: Path, clock: Clock
+) -> None:
+    with (
+        StateStore(f"sqlite:///{tmp_path}/state.db", settings=Settings(), clock=clock) as db,
+        running(balancer := _MidUpgrade(standalone_app(db, None))) as base,
+    ):
+        backend = HttpBackend(base + "/taskstate")
+        with StateStore(settings=Settings(), backend=backend) as store:
+            state = store.task_state(SCOPE)
+            state.set("seen", 1)  # the ledger is announced with the first write's answer
+            with pytest.raises(OutcomeUnknownError, match="does not know the request"):
+                state.update("n", add(1), default=0)
+        assert balancer.updates == 2
+        assert db.task_state(SCOPE).get("n") == 1  # applied once, by the first copy
