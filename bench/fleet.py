@@ -18,8 +18,10 @@ is checked (`tests.fleet.check`): 0 acknowledged writes lost, 0 increments appli
 lease holder per round.
 
 An op is one accessor call: `set` (the cursor), `get` (read back at once), `update` (the shared
-counter: GET + conditional PUT over HTTP, one transaction directly), `cas` (a lease, once per
-5 records). A record is set + get + update (+ cas every 5th). Figures go to
+counter, `update(key, add(1))`: an update operation, so one POST over HTTP that the server
+applies in one transaction, and one transaction directly; before, a lambda's GET +
+conditional PUT, with one winner per round trip), `cas` (a lease, once per 5 records:
+GET + conditional PUT over HTTP). A record is set + get + update (+ cas every 5th). Figures go to
 bench/results/fleet.json and are printed as a table; the load average is printed with them.
 """
 

@@ -38,13 +38,15 @@ from taskstate.settings import Settings
 KEYS = 100  # each key is rewritten ops/KEYS times per round: history trims as it goes
 
 
-def _times(fn: Callable[[int], object], ops: int) -> list[float]:
-    times = []
+def _times(fn: Callable[[int], object], ops: int) -> tuple[list[float], list[float]]:
+    """Each call's wall clock and this thread's CPU (on SQLite, all of the call's work)."""
+    times, cpu = [], []
     for i in range(ops):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         fn(i)
         times.append(time.perf_counter() - t0)
-    return times
+        cpu.append(time.thread_time() - c0)
+    return times, cpu
 
 
 def _store(url: str, versions: int) -> StateStore:
@@ -75,17 +77,20 @@ def on_vs_off(name: str, url: str, ops: int, rounds: int) -> None:
         store = _store(url, versions)
         store = _explicit(store) if explicit else store
         states[side] = store.task_state(TaskScope("bench", side, "task"))
-    p50s: dict[str, dict[str, list[float]]] = {side: {"set": [], "get": []} for side in states}
+    ops_timed = ("set", "get", "set CPU") if name == "sqlite" else ("set", "get")
+    p50s = {side: {op: list[float]() for op in ops_timed} for side in states}
     for _ in range(rounds):
         for side, state in states.items():
-            sets = _times(lambda i, s=state: s.set(f"k{i % KEYS}", {"n": i}), ops)
-            gets = _times(lambda i, s=state: s.get(f"k{i % KEYS}"), ops)
+            sets, sets_cpu = _times(lambda i, s=state: s.set(f"k{i % KEYS}", {"n": i}), ops)
+            gets, _ = _times(lambda i, s=state: s.get(f"k{i % KEYS}"), ops)
             p50s[side]["set"].append(statistics.median(sets))
             p50s[side]["get"].append(statistics.median(gets))
-    for op in ("set", "get"):
+            if name == "sqlite":
+                p50s[side]["set CPU"].append(statistics.median(sets_cpu))
+    for op in ops_timed:
         off = statistics.median(p50s["off"][op])
         for side in states:
-            if side != "off" and (op == "set" or side == "on"):
+            if side != "off" and (op != "get" or side == "on"):
                 on = statistics.median(p50s[side][op])
                 print(
                     f"{name} {op}: p50 {side} {on * 1e6:.1f} us, off {off * 1e6:.1f} us, "
@@ -108,14 +113,19 @@ def as_of(name: str, url: str, versions: int) -> None:
     ]
     past: list[float] = []
     plain: list[float] = []
+    past_cpu: list[float] = []  # this thread's CPU: on SQLite all of it, waiting for a CPU not
     for at in instants:  # interleaved: both see the same moments of load
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         state.get("cursor", as_of=at)
-        t1 = time.perf_counter()
+        t1, c1 = time.perf_counter(), time.thread_time()
         state.get("cursor")
         past.append(t1 - t0)
+        past_cpu.append(c1 - c0)
         plain.append(time.perf_counter() - t1)
-    for what, times in (("get(as_of=)", sorted(past)), ("plain get", sorted(plain))):
+    measured = [("get(as_of=)", sorted(past)), ("plain get", sorted(plain))]
+    if name == "sqlite":
+        measured.append(("get(as_of=) thread CPU", sorted(past_cpu)))
+    for what, times in measured:
         p50, p99 = times[len(times) // 2], times[int(len(times) * 0.99)]
         print(
             f"{name} {what} on a key with {versions} versions: "

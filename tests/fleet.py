@@ -364,6 +364,7 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
     from taskstate import StateStore, TaskScope
     from taskstate.backends.http import HttpBackend
     from taskstate.errors import OutcomeUnknownError, TaskStateError
+    from taskstate.ops import add
 
     token_text = spec.token_file.read_text().strip()
     if spec.url.startswith("postgresql"):  # a worker with database access (through PgBouncer)
@@ -418,7 +419,9 @@ def run_worker(spec: WorkerSpec) -> WorkerResult:
         except TaskStateError:
             continue  # the same record again (as a task's retry would)
         try:
-            timed("update", shared.update, COUNTER, _increment, default=0)
+            # An update operation: one request over HTTP, applied once by the server's
+            # transaction (a lambda would be GET + conditional PUT, one winner per round trip).
+            timed("update", shared.update, COUNTER, add(1), default=0)
             result.updates += 1
         except OutcomeUnknownError:
             result.unknown_updates += 1
@@ -451,10 +454,6 @@ def _read_back(state: Any, key: str) -> Any:
     while True:
         with contextlib.suppress(BackendUnavailableError):
             return state.get(key)
-
-
-def _increment(n: int) -> int:
-    return n + 1
 
 
 # -- faults ---------------------------------------------------------------------------------

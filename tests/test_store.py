@@ -168,6 +168,27 @@ def test_asset_state_is_shared_and_never_expires(store: StateStore, clock: Clock
         producer.set("k", 1, retention=NEVER_EXPIRE)  # type: ignore[call-arg]
 
 
+def test_entries_that_share_a_writer_each_hold_their_own(
+    store: StateStore, database: StateStore
+) -> None:
+    """A stored writer is parsed once per distinct text (the rows of a page share it), yet each
+    entry's `updated_by` is its own dict, nested values included."""
+    state = store.task_state(T)
+    state.set("a", 1)
+    state.set("b", 2)
+    first, second = state.page().items
+    assert first.updated_by is not None and first.updated_by == second.updated_by
+    first.updated_by["kind"] = "changed"
+    assert second.updated_by["kind"] != "changed"  # type: ignore[index]
+    assert state.entry("a").updated_by["kind"] != "changed"  # type: ignore[union-attr]
+    nested = database.task_state(T, writer={"kind": "x", "tags": ["t"]})
+    nested.set("c", 1)
+    nested.set("d", 1)
+    one, two = nested.page(key_prefix="c").items + nested.page(key_prefix="d").items
+    one.updated_by["tags"].append("u")  # type: ignore[index]
+    assert two.updated_by == {"kind": "x", "tags": ["t"]}
+
+
 def test_scopes_validate() -> None:
     with pytest.raises(InvalidScopeError):
         TaskScope("", "run", "task")

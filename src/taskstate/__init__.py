@@ -1,6 +1,6 @@
 """Durable task state, asset state and crash-safe jobs for Airflow 2.10+ and plain Python."""
 
-from taskstate import errors
+from taskstate import errors, ops
 from taskstate.history import Version
 from taskstate.resumable import ResumableJobMixin, ResumeAction, ResumeDecision
 from taskstate.scope import AssetScope, TaskScope
@@ -19,5 +19,6 @@ __all__ = [
     "TaskStateStore",
     "Version",
     "errors",
+    "ops",
 ]
 __version__ = "0.1.0"

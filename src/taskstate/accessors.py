@@ -63,6 +63,7 @@ from taskstate.values import (
 from taskstate.writers import Writer, task_writer, writer_text
 
 if TYPE_CHECKING:
+    from taskstate.ops import Op
     from taskstate.store import StateStore
 
 T = TypeVar("T")
@@ -256,6 +257,18 @@ class _Accessor:
         scope holds: `total` is exact when the matches end on this page; when more follow it is
         `offset + limit + 1` with `exact` False. `exact_total` (or `limit` 0: only the total is
         wanted) counts every match instead, an index range count, O(matches)."""
+        rows = self.row_page(
+            limit=limit, offset=offset, key_prefix=key_prefix, exact_total=exact_total
+        )
+        entries = (self._store.entry_of(row) for row in rows.items)
+        return Page([entry for entry in entries if entry is not None], rows.total, rows.exact)
+
+    def row_page(
+        self, *, limit: int = 50, offset: int = 0, key_prefix: str = "", exact_total: bool = False
+    ) -> Page[Row]:
+        """`page` with the rows as stored (values still JSON text, maybe offload references):
+        what the server answers a listing from without decoding a value or hashing an ETag a
+        listing does not carry (`wire.entry_json`)."""
         now = self._clock()
         ns = self._ns
         if exact_total or limit <= 0:
@@ -264,21 +277,17 @@ class _Accessor:
                 if limit > 0
                 else []
             )
-            total = self._backend.count(ns, now, exact=True, key_prefix=key_prefix)
-            return self._page(rows, total, exact=True)
+            return Page(rows, self._backend.count(ns, now, exact=True, key_prefix=key_prefix))
         rows = self._backend.rows(ns, now, key_prefix=key_prefix, limit=limit + 1, offset=offset)
         if len(rows) > limit:
-            return self._page(rows[:limit], offset + limit + 1, exact=False)
+            return Page(rows[:limit], offset + limit + 1, exact=False)
         if rows or offset == 0:
-            return self._page(rows, offset + len(rows), exact=True)
+            return Page(rows, offset + len(rows))
         # Past the end: the matches number at most `offset`, and counting them costs what the
         # OFFSET skip just did.
-        total = self._backend.count(ns, now, exact=True, key_prefix=key_prefix, cap=offset + 1)
-        return self._page(rows, total, exact=True)
-
-    def _page(self, rows: list[Row], total: int, *, exact: bool) -> Page[StoredEntry]:
-        entries = (self._store.entry_of(row) for row in rows)
-        return Page([entry for entry in entries if entry is not None], total, exact)
+        return Page(
+            rows, self._backend.count(ns, now, exact=True, key_prefix=key_prefix, cap=offset + 1)
+        )
 
     # -- writing --------------------------------------------------------------------------
 
@@ -346,14 +355,18 @@ class _Accessor:
         op: str,
         write_id: str | None = None,
         now: float | None = None,
+        keep_value: bool = False,
     ) -> T:
-        """`step` on `key` in one backend transaction, stamped `now` (default: the clock's)."""
+        """`step` on `key` in one backend transaction, stamped `now` (default: the clock's);
+        `keep_value`: the ledger keeps the value written with `write_id`."""
         now = self._clock() if now is None else now
         stamp = Stamp(op, now, self._writer) if self._history else None
         ledger = write_id if self._backend.records_writes else None
         if stamp is None and ledger is None:
             return self._backend.transact(self._ns, key, step, now)
-        return self._versioned.transact(self._ns, key, step, now, stamp, write_id=ledger)
+        return self._versioned.transact(
+            self._ns, key, step, now, stamp, write_id=ledger, keep_value=keep_value
+        )
 
     def _stamp(self, op: str) -> Stamp | None:
         return Stamp(op, self._clock(), self._writer) if self._history else None
@@ -520,14 +533,31 @@ class _Accessor:
             self._backend.clear(self._ns)
         self._store.objects.discard_superseded(refs)
 
-    def _update(self, key: str, fn: Callable[[Any], Any], default: Any, retention: object) -> Any:
+    def _update(
+        self,
+        key: str,
+        fn: Callable[[Any], Any],
+        default: Any,
+        retention: object,
+        write_id: str | None = None,
+    ) -> Any:
         check_key(key)
 
         def decide(present: bool, current: Any) -> tuple[str, Any]:
             new = fn(current if present else default)
             return self._encode(key, new), new
 
-        return self._atomic(key, decide, retention, "update")
+        return self._atomic(key, decide, retention, "update", write_id)
+
+    def apply(self, key: str, op: Op, default: Any, retention: object, write_id: str | None) -> Any:
+        """`update(key, op, default=...)` for the HTTP API's update route: the new value. A
+        request re-sent with a recorded `write_id` applies nothing and answers the first
+        one's new value, which the ledger kept with it; `GONE` when the id was recorded by
+        another kind of write (its value not kept). Not the public API."""
+        try:
+            return self._update(key, op, default, retention, write_id)
+        except WriteRecorded as recorded:
+            return GONE if recorded.value is None else self._store.load_value(recorded.value)
 
     def _compare_and_set(self, key: str, expected: Any, new: Any, retention: object) -> bool:
         # `expected` obeys the value rules too: a tuple is refused, not taken for a list.
@@ -546,11 +576,13 @@ class _Accessor:
         decide: Callable[[bool, Any], tuple[str | None, T]],
         retention: object,
         op: str,
+        write_id: str | None = None,
     ) -> T:
         """Read-modify-write of one key. `decide(present, current)` returns the encoded new
         value (None: write nothing) and the result. Without offloading it runs inside the
         backend's transaction; with it, the upload happens outside and the write commits only
-        if the row is still the one that was read (else everything runs again)."""
+        if the row is still the one that was read (else everything runs again). `write_id`:
+        recorded with the write; `WriteRecorded` when a write with it was applied already."""
         if self._worker is None:
 
             def step(entry: Entry | None) -> tuple[Entry | None, T]:
@@ -563,7 +595,7 @@ class _Accessor:
                     return None, result
                 return Entry(text, self._expiry(retention, now), self._writer), result
 
-            return self._transact(key, step, op)
+            return self._transact(key, step, op, write_id, keep_value=True)
         while True:
             seen = self._backend.get(self._ns, key)
             now = self._clock()
@@ -576,17 +608,23 @@ class _Accessor:
             uploaded: list[str] = []
             stored = self._offload(key, text, uploaded)
             entry = Entry(stored, self._expiry(retention, now), self._writer)
-            if self._commit_if_unchanged(key, seen, entry, uploaded, op):
+            if self._commit_if_unchanged(key, seen, entry, uploaded, op, write_id):
                 return result
 
     def _commit_if_unchanged(
-        self, key: str, seen: Entry | None, entry: Entry, uploaded: list[str], op: str
+        self,
+        key: str,
+        seen: Entry | None,
+        entry: Entry,
+        uploaded: list[str],
+        op: str,
+        write_id: str | None = None,
     ) -> bool:
         def step(current: Entry | None) -> tuple[Entry | None, bool]:
             return (entry, True) if current == seen else (None, False)
 
         try:
-            done = self._transact(key, step, op)
+            done = self._transact(key, step, op, write_id, keep_value=True)
         except BaseException:
             self._store.objects.discard(uploaded)
             raise

@@ -23,6 +23,12 @@ class InvalidKeyError(TaskStateError, ValueError):
     """The key is empty, too long, or holds control characters."""
 
 
+class UpdateOperationError(TaskStateError, TypeError):
+    """An update operation (`taskstate.ops`: `add`, `maximum`, ...) was given an operand it
+    does not take, or met a value of a type it does not apply to (`add` on a string); nothing
+    was written."""
+
+
 class KeyTypeError(InvalidKeyError, TypeError):
     """The key is not a `str`."""
 

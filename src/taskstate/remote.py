@@ -8,12 +8,14 @@ twins are the accessors' own: the synchronous call on taskstate's thread pool, n
 event loop (`bench/trigger_loop_lag.py` measured httpx on the loop at twice the heartbeat lag and
 a tenth of the calls per second).
 
-Atomic updates (`update`, `compare_and_set`) are GET-with-ETag → compute → `PUT If-Match`
-(`If-None-Match: *` to create) → again on 412, so writers on other machines lose nothing. A lost
-race is contention, not an outage: it is tried again after a jittered backoff for as long as
-the client's retry window (`HttpBackend(retry_window=)`), counted from the first lost race, and
-only then `BackendBusyError`. Each
-attempt carries a write id (`X-Taskstate-Write-Id`). A server that keeps the write ledger
+An `update` with an update operation (`taskstate.ops`) is one POST to the update route, which
+the server applies in one transaction (its write id makes a re-sent copy answer the first new
+value). Other atomic updates (`update` with a function, `compare_and_set`) are GET-with-ETag
+→ compute → `PUT If-Match` (`If-None-Match: *` to create) → again on 412, so writers on other
+machines lose nothing. A lost race is contention, not an outage: it is tried again after a
+jittered backoff for as long as the client's retry window (`HttpBackend(retry_window=)`),
+counted from the first lost race, and only then `BackendBusyError`. Each attempt carries a
+write id (`X-Taskstate-Write-Id`). A server that keeps the write ledger
 (docs/api.md, "Write ids") records it with the write, in its transaction: when an attempt's
 answer is lost (timeout, reset, a proxy's 502/504), the transport sends the same request again
 within the retry window and the server answers with the first outcome — applied once, and
@@ -36,12 +38,14 @@ from taskstate.backends.backoff import Backoff
 from taskstate.backends.http import HttpBackend, Request, json_body
 from taskstate.errors import (
     BackendBusyError,
+    ConfigError,
     KeyNotFoundError,
     OutcomeUnknownError,
     PreconditionFailedError,
     VersionNotFoundError,
 )
 from taskstate.history import Version
+from taskstate.ops import Op
 from taskstate.scope import AssetScope, TaskScope, check_writable
 from taskstate.stored import DEFAULT_EXPIRY, KEEP_EXPIRY, Expiry, Page, StoredEntry
 from taskstate.values import JsonValue, check_key, check_size, encode_value, expires_at
@@ -70,11 +74,13 @@ class _Remote(_Accessor):
         if isinstance(scope, TaskScope):
             self._path = wire.task_path(scope)
             self._history_path = wire.task_path(scope, wire.TASK_HISTORY)
+            self._update_path = wire.task_path(scope, wire.TASK_UPDATE)
             self._query: dict[str, Any] = {wire.MAP_INDEX: scope.map_index}
             self._items = wire.TASK_ITEMS
         else:
             self._path = wire.ASSET_STATE
             self._history_path = wire.ASSET_HISTORY
+            self._update_path = wire.ASSET_UPDATE
             self._query = {wire.NAME: scope.identity}
             self._items = wire.ASSET_ITEMS
 
@@ -250,6 +256,49 @@ class _Remote(_Accessor):
     def delete(self, key: str) -> None:
         self._http.send(self._delete_request(key))
 
+    def _update(
+        self,
+        key: str,
+        fn: Callable[[Any], Any],
+        default: Any,
+        retention: object,
+        write_id: str | None = None,
+    ) -> Any:
+        """An update operation (`taskstate.ops`) goes as data in one request, applied by the
+        server in one transaction; any other function, optimistically (`_atomic`). A server
+        without the update route (an older one) gets the optimistic path from then on."""
+        if not isinstance(fn, Op) or not self._http.update_route:
+            return super()._update(key, fn, default, retention)
+        check_key(key)
+        check_writable(self.scope)
+        if default is not None:
+            encode_value(default)  # the value rules, before a round trip
+        fields = {wire.OP: fn.name, wire.VALUE: fn.operand, wire.DEFAULT: default}
+        request = Request(
+            "POST",
+            wire.key_path(self._update_path, key),
+            self._query,
+            json_body({**fields, **self._expiry_fields(retention)}),
+            # Re-sent as it is after a lost answer to a server that keeps the write ledger.
+            {wire.WRITE_ID_HEADER: uuid.uuid4().hex},
+            idempotent=False,
+        )
+        try:
+            answer = self._http.send(request).json()
+        except ConfigError as exc:
+            if wire.NOT_A_ROUTE not in str(exc):
+                raise
+            self._http.update_route = False
+            return super()._update(key, fn, default, retention)
+        if wire.VALUE not in answer:  # the id recorded by another kind of write
+            raise OutcomeUnknownError(
+                f"the taskstate server at {self._http.host}: {fn!r} on {key!r} in {self.scope} "
+                "was answered as a write already applied under its write id, without the "
+                "value it wrote, so its new value is unknown; it was not applied again: read "
+                "the key"
+            )
+        return answer[wire.VALUE]
+
     def clear(self) -> None:
         self._http.send(self._clear_request())
 
@@ -259,10 +308,12 @@ class _Remote(_Accessor):
         decide: Callable[[bool, Any], tuple[str | None, T]],
         retention: object,
         op: str,
+        write_id: str | None = None,
     ) -> T:
         """GET-with-ETag → decide → conditional PUT, again on 412. A lost answer is resolved
         by the server's write ledger (the transport re-sends the PUT with its id), or from an
-        older server by the write id the next read shows."""
+        older server by the write id the next read shows. (`write_id`: None; each attempt
+        makes its own.)"""
         fields = self._expiry_fields(retention)
         base = uuid.uuid4().hex
         results: dict[str, T] = {}

@@ -7,7 +7,6 @@ themselves. The accessors a task uses live in `taskstate.accessors`; what a stor
 from __future__ import annotations
 
 import itertools
-import json
 import math
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -256,9 +255,9 @@ class StateStore:
         value = self.read_value(row.namespace, row.key, row.value)
         if value is GONE:
             return None
-        updated_by = None if row.updated_by is None else json.loads(row.updated_by)
         etag = etag_of(row.value, row.expires_at, row.updated_by, row.updated_at)
-        return StoredEntry(row.key, value, row.updated_at, row.expires_at, updated_by, etag)
+        writer = writer_dict(row.updated_by)
+        return StoredEntry(row.key, value, row.updated_at, row.expires_at, writer, etag)
 
     def version_of(self, row: VersionRow) -> Version:
         """A kept version as `history()` shows it."""

@@ -43,6 +43,11 @@ ASSET_STATE_BY_ID: Final = ASSETS + "/{asset_id}/state-store"  # inside Airflow 
 TASK_HISTORY: Final = TASK_INSTANCES + "/{task_id}/taskstate-history"
 ASSET_HISTORY: Final = ASSETS + "/taskstate-history"  # ?name=N (or ?uri=U)
 ASSET_HISTORY_BY_ID: Final = ASSETS + "/{asset_id}/taskstate-history"  # inside Airflow only
+# Update operations (taskstate.ops, docs/api.md): POST .../{key} with the operation as data,
+# applied by the server in one request; taskstate's own segment, as history's.
+TASK_UPDATE: Final = TASK_INSTANCES + "/{task_id}/taskstate-update"
+ASSET_UPDATE: Final = ASSETS + "/taskstate-update"  # ?name=N (or ?uri=U)
+ASSET_UPDATE_BY_ID: Final = ASSETS + "/{asset_id}/taskstate-update"  # inside Airflow only
 UI_ACCESS: Final = "/ui/access"
 
 # -- fields: query parameters, bodies, collections -------------------------------------------
@@ -73,6 +78,7 @@ AS_OF: Final = "as_of"  # an ISO 8601 instant with its offset
 VERSION: Final = "version"
 VERSIONS: Final = "versions"
 OP: Final = "op"
+DEFAULT: Final = "default"  # an update operation's starting value when the key is absent
 UPDATED_BY: Final = "updated_by"  # a version's writer: the same dict as last_updated_by
 RESTORED: Final = "restored"  # how many keys a task instance's restore made live again
 # What that restore would change (its preview): per key, its value at as_of and now (null: none).
@@ -102,16 +108,19 @@ FIELDS: Final = frozenset(
     | WRITER_FIELDS
     | HEALTH_FIELDS
     | HISTORY_FIELDS
+    | {DEFAULT}
 )
 """Every name the API's bodies and query strings use (a test holds models.py and app.js to it)."""
 ROUTES: Final = (
     *(HEALTH, DAGS, DAG_RUNS, TASK_INSTANCES, TASK_STATE, TASK_META),
     *(ASSETS, ASSET_STATE, ASSET_STATE_BY_ID, UI_ACCESS),
     *(TASK_HISTORY, ASSET_HISTORY, ASSET_HISTORY_BY_ID),
+    *(TASK_UPDATE, ASSET_UPDATE, ASSET_UPDATE_BY_ID),
 )
 ROUTES_WITH_KEYS: Final = (
     *(TASK_STATE, TASK_META, ASSET_STATE, ASSET_STATE_BY_ID),
     *(TASK_HISTORY, ASSET_HISTORY, ASSET_HISTORY_BY_ID),
+    *(TASK_UPDATE, ASSET_UPDATE, ASSET_UPDATE_BY_ID),
 )
 
 # -- headers ---------------------------------------------------------------------------------
@@ -306,6 +315,7 @@ ERRORS: Final[tuple[tuple[type[errors.TaskStateError], int, tuple[str, ...] | No
     (errors.InvalidRetentionError, 422, ("body", EXPIRES_AT)),
     (errors.InvalidValueError, 422, ("body", "value")),
     (errors.UnsupportedValueTypeError, 422, ("body", "value")),
+    (errors.UpdateOperationError, 422, ("body", OP)),
     (errors.NaiveDatetimeError, 422, ("query", AS_OF)),
     (errors.KeyNotFoundError, 404, None),
     (errors.VersionNotFoundError, 404, None),
@@ -347,6 +357,10 @@ def detail_text(body: Any) -> str:
     return str(detail)
 
 
+# What a 404 from no route at all says (a wrong base URL, or a server older than a route).
+NOT_A_ROUTE: Final = "is not a route of the taskstate API"
+
+
 def error_from_response(
     status: int, error_name: str | None, body: Any, where: str
 ) -> errors.TaskStateError:
@@ -365,7 +379,7 @@ def error_from_response(
         return kind(detail)
     if status == 404:
         return errors.ConfigError(
-            f"{where} is not a route of the taskstate API ({status}: {detail}); check "
+            f"{where} {NOT_A_ROUTE} ({status}: {detail}); check "
             "[state_store] taskstate_url (http(s)://host[:port]/taskstate)"
         )
     if status == 409:

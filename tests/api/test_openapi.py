@@ -6,6 +6,8 @@ import httpx
 from openapi_spec_validator import validate
 from tests.api.conftest import Served
 
+import taskstate.ops
+
 
 def test_openapi_is_valid_and_lists_every_route(api: httpx.Client) -> None:
     response = api.get("/taskstate/openapi.json")
@@ -30,6 +32,11 @@ def test_openapi_is_valid_and_lists_every_route(api: httpx.Client) -> None:
     assert set(spec["paths"]["/api/v2/assets/taskstate-history/{key}"]) == {"get", "post"}
     assert set(spec["paths"][task + "/{key}"]) == {"get", "put", "patch", "delete"}
     assert set(spec["paths"][task]) == {"get", "delete"}
+    update = task.replace("/state-store", "/taskstate-update") + "/{key}"
+    assert set(spec["paths"][update]) == {"post"}
+    assert set(spec["paths"]["/api/v2/assets/taskstate-update/{key}"]) == {"post"}
+    ops = spec["components"]["schemas"]["TaskUpdateBody"]["properties"]["op"]["enum"]
+    assert ops == list(taskstate.ops.NAMES)  # the documented operations are the module's
     body = spec["components"]["schemas"]["TaskStateBody"]
     assert body["additionalProperties"] is False
 

@@ -14,10 +14,12 @@ from tests.api.server import running
 from tests.conftest import Clock
 
 from taskstate import StateStore, TaskScope
+from taskstate.api.errors import dumps
 from taskstate.api.serve import standalone_app
 from taskstate.api.tokens import Claims, SigningKeys
 from taskstate.backends.offload import OffloadBackend
 from taskstate.store import REF_PREFIX
+from taskstate.wire import task_entry
 
 NOW = datetime(2027, 1, 15, 8, 0, tzinfo=timezone.utc)  # the Clock fixture's 1_800_000_000
 SCOPE = TaskScope("d", "r", "t")
@@ -361,8 +363,10 @@ def test_every_answer_has_one_content_length(served: Served) -> None:
 
 
 def test_an_offloaded_value_is_answered_from_its_object(tmp_path: Path, clock: Clock) -> None:
-    """A GET answers an inline value from the stored text; a row that holds an offload
-    reference is answered with the object's value, never the reference."""
+    """A GET or a listing answers an inline value from the stored text; a row that holds an
+    offload reference is answered with the object's value, never the reference. A listing
+    decodes only its offloaded rows (counted through the store's `entry_of`), and its body is
+    the bytes the decoded entries give through the API's encoder."""
     big = {"rows": ["é" * 100] * 20}  # over the threshold: offloaded
     keys = SigningKeys([SECRET])
     offload = OffloadBackend(f"file://{tmp_path}/o", threshold=1000)
@@ -378,3 +382,21 @@ def test_an_offloaded_value_is_answered_from_its_object(tmp_path: Path, clock: C
             assert got.status_code == 200 and got.json()["value"] == big
             assert got.headers["etag"] == api.get(f"{TASK}/big").headers["etag"]
             assert api.get(f"{TASK}/small").json()["value"] == [1]
+            for k in range(3):
+                assert (
+                    api.put(f"{TASK}/inline_{k}", json={"value": {"k": ["é", k]}}).status_code
+                    == 204
+                )
+            decoded: list[str] = []
+            entry_of = store.entry_of
+            store.entry_of = lambda row: decoded.append(row.key) or entry_of(row)  # type: ignore[method-assign]
+            listed = api.get(TASK, params={"limit": 4})
+            assert decoded == ["big"]  # the 3 inline rows of the page went in as stored
+            page = store.task_state(SCOPE).page(limit=4)
+            assert listed.content == dumps(
+                {"task_state_store": [task_entry(e) for e in page.items],
+                 "total_entries": 5, "exact_total": False}
+            )  # fmt: skip
+            assert [item["key"] for item in listed.json()["task_state_store"]] == [
+                "big", "inline_0", "inline_1", "inline_2"
+            ]  # fmt: skip

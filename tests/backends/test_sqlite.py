@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from taskstate import StateStore
+from taskstate import StateStore, TaskScope
 from taskstate.backends import sqlite as sqlite_backend
 from taskstate.backends.base import Entry
 from taskstate.backends.sqlite import SQLiteBackend, path_from_url
@@ -58,6 +58,34 @@ def test_the_urls_synchronous_is_what_every_connection_runs_with(
     other.join()
     assert levels == [level, level]
     store.close()
+
+
+@pytest.mark.parametrize(("query", "size"), [("", 0), ("?mmap_size=268435456", 268435456)])
+def test_the_urls_mmap_size_is_what_every_connection_reads_with(
+    tmp_path: Path, query: str, size: int
+) -> None:
+    """PRAGMA mmap_size as SQLite reports it on two threads' connections (off by default), and
+    a store read through the map sees what a connection without one wrote."""
+    store = StateStore(f"sqlite:///{tmp_path}/state.db{query}", settings=Settings())
+    backend = store.backend
+    assert isinstance(backend, SQLiteBackend)
+    sizes = [backend._conn().execute("PRAGMA mmap_size").fetchone()[0]]
+    other = threading.Thread(
+        target=lambda: sizes.append(backend._conn().execute("PRAGMA mmap_size").fetchone()[0])
+    )
+    other.start()
+    other.join()
+    assert sizes == [size, size]
+    state = store.task_state(TaskScope("d", "r", "t"))
+    state.set("k", 1)
+    SQLiteBackend(f"sqlite:///{tmp_path}/state.db").set(state.scope.namespace, "k", "2", None, NOW)
+    assert state.get("k") == 2
+    store.close()
+
+
+def test_a_bad_mmap_size_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="mmap_size must be a number of bytes"):
+        SQLiteBackend(f"sqlite:///{tmp_path}/state.db?mmap_size=2GB")
 
 
 def test_a_second_process_view_sees_committed_writes(tmp_path: Path) -> None:

@@ -41,6 +41,37 @@ class AssetStateBody(_Body):
     value: Any = Field(description="Any JSON value except null.")
 
 
+_OPS = Literal["add", "maximum", "minimum", "append"]  # taskstate.ops.NAMES (a test holds them)
+
+
+class AssetUpdateBody(_Body):
+    """POST `.../taskstate-update/{key}`: an update operation (`taskstate.ops`) the server
+    applies to the key in one transaction: `op` with its operand `value`, starting from
+    `default` when the key is absent."""
+
+    op: _OPS
+    value: Any = Field(description="The operand: add's number, maximum's number or string, ...")
+    default: Any = Field(default=None, description="The value when the key is absent.")
+
+
+class TaskUpdateBody(AssetUpdateBody):
+    """As the asset's, and the written value's expiry: `expires_in` seconds from the server's
+    clock, or `expires_at: null` (never); neither: the default retention."""
+
+    expires_at: Literal["default"] | None = "default"
+    expires_in: float | None = Field(
+        default=None, ge=0, description="Seconds from the server's now (not with expires_at)."
+    )
+
+
+class UpdateResult(BaseModel):
+    """The key's new value. Without `value`: a re-sent copy of an update already applied,
+    whose new value the key and its kept history no longer hold."""
+
+    key: str
+    value: Any = None
+
+
 class LastUpdatedBy(BaseModel):
     """Who wrote a key last: a task instance, a watcher, or an API caller (`subject`); `via`
     says which door a person used (`ui`, `cli`, `import`; `taskstate.writers`), `user` their

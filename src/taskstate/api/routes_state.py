@@ -7,6 +7,8 @@ and asset state-store paths, and taskstate's per-task-instance markers.
     /api/v2/assets/{asset_id}/state-store[/{key}]          (inside Airflow only)
     .../taskInstances/{task_id}/taskstate-history[/{key}]  (state history, docs/history.md)
     /api/v2/assets[/{asset_id}]/taskstate-history/{key}
+    .../taskInstances/{task_id}/taskstate-update/{key}     (update operations, taskstate.ops)
+    /api/v2/assets[/{asset_id}]/taskstate-update/{key}
 
 Every request goes through one order (`_serve`): authenticate (401) -> read the address
 (422) -> authorise (403) -> fence (409) -> existence (404) -> body (422/413) -> the store. The
@@ -26,7 +28,7 @@ import json
 import logging
 import re
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from time import perf_counter
 from typing import Any, NoReturn, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, unquote_to_bytes
@@ -38,6 +40,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from taskstate import ops
 from taskstate.api import errors, models
 from taskstate.api.auth import Method, Principal, require_asset, require_task
 from taskstate.api.context import INT64, AppContext
@@ -52,14 +55,19 @@ from taskstate.errors import (
 )
 from taskstate.scope import AssetScope, TaskScope
 from taskstate.store import DEFAULT_EXPIRY, KEEP_EXPIRY
-from taskstate.stored import etag_of, stored_ref
+from taskstate.stored import GONE, etag_of, stored_ref
+from taskstate.values import NEVER_EXPIRE
 from taskstate.wire import (
     AS_OF,
+    ASSET_ITEMS,
     ATOMIC_OPS,
+    EXACT_TOTAL,
     EXPIRES_AT,
     EXPIRES_IN,
     MAX_WRITE_ID,
     OP_HEADER,
+    TASK_ITEMS,
+    TOTAL,
     VIA_HEADER,
     WRITE_ID,
     WRITE_ID_HEADER,
@@ -225,10 +233,16 @@ _TASK_ROUTES = {
     b"state-store": "task",
     b"taskstate-meta": "meta",
     b"taskstate-history": "task_history",
+    b"taskstate-update": "task_update",
 }
 # An asset id is an integer, so `taskstate-history` can never be one.
-_ASSET_ROUTES = {b"state-store": "asset", b"taskstate-history": "asset_history"}
+_ASSET_ROUTES = {
+    b"state-store": "asset",
+    b"taskstate-history": "asset_history",
+    b"taskstate-update": "asset_update",
+}
 _ASSET_KINDS = frozenset(_ASSET_ROUTES.values())
+_UPDATE_KINDS = frozenset({"task_update", "asset_update"})
 # The collection routes that may address every map index at once (`all_map_indices=true`).
 _ALL_MAP_INDICES = frozenset(
     {("task", "DELETE"), ("task_history", "POST"), ("task_history", "GET")}
@@ -376,6 +390,8 @@ def _audit(verb: str, principal: Principal, request: Request, address: Address) 
         return
     if verb == "PUT" or verb == "PATCH":
         action = "set" if verb == "PUT" else "patch"
+    elif address.route in _UPDATE_KINDS:
+        action = "update"
     elif verb == "POST":
         action = "restore" if address.key is not None else "restore-task"
     elif address.key is not None:
@@ -628,14 +644,29 @@ async def _list(ctx: AppContext, request: Request, principal: Principal, a: Addr
     prefix = a.query.get("key_prefix", "")
     exact = _bool(a.query, "exact_total")
     accessor = _accessor(ctx, a)
-    page = await call_store(
-        ctx, lambda: accessor.page(limit=limit, offset=offset, key_prefix=prefix, exact_total=exact)
+    body = await call_store(
+        ctx, lambda: _listing(ctx, accessor, a.route == "task", limit, offset, prefix, exact)
     )
-    if a.route == "task":
-        return _json({"task_state_store": [task_entry(e) for e in page.items],
-                      "total_entries": page.total, "exact_total": page.exact})  # fmt: skip
-    return _json({"asset_state_store": [asset_entry(e) for e in page.items],
-                  "total_entries": page.total, "exact_total": page.exact})  # fmt: skip
+    return 200, body, [(b"content-type", b"application/json")]
+
+
+def _listing(
+    ctx: AppContext, accessor: Any, task: bool, limit: int, offset: int, prefix: str, exact: bool
+) -> bytes:
+    """A listing's body, built from the rows as stored: an inline value goes in as its JSON
+    text (`wire.entry_json`, as a GET answers), so a row costs no decode, no re-encode and no
+    ETag (a listing's items carry none); only an offloaded value is read and decoded."""
+    page = accessor.row_page(limit=limit, offset=offset, key_prefix=prefix, exact_total=exact)
+    render = task_entry if task else asset_entry
+    items = []
+    for row in page.items:
+        if stored_ref(row.value) is None:
+            items.append(entry_json(row, expiry=task))
+        elif (entry := ctx.store.entry_of(row)) is not None:  # None: deleted while being read
+            items.append(errors.dumps(render(entry)))
+    collection = (TASK_ITEMS if task else ASSET_ITEMS).encode()
+    total = errors.dumps({TOTAL: page.total, EXACT_TOTAL: page.exact})  # '{"total_entries":...}'
+    return b'{"%s":[%s],%s' % (collection, b",".join(items), total[1:])
 
 
 def _expiry(ctx: AppContext, body: models.TaskStateBody) -> Any:
@@ -731,6 +762,32 @@ async def _clear(ctx: AppContext, request: Request, principal: Principal, a: Add
     else:
         await call_store(ctx, accessor.clear)
     return _NO_CONTENT
+
+
+async def _update(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
+    """Apply an update operation (`taskstate.ops`) to the key in one transaction, as the
+    store's `update`: the new value. With a write id, a re-sent copy applies nothing and
+    answers the first one's new value (without `value` when that is no longer kept)."""
+    task = a.route == "task_update"
+    body = await _body(ctx, request, models.TaskUpdateBody if task else models.AssetUpdateBody)
+    op = ops.from_wire(body.op, body.value)
+    retention = _retention(ctx, body) if isinstance(body, models.TaskUpdateBody) else None
+    accessor = _accessor(ctx, a, _writer(principal, request))
+    key, default, write_id = a.key, body.default, _write_id(request)
+    value = await call_store(ctx, lambda: accessor.apply(key, op, default, retention, write_id))
+    return _json({"key": key} if value is GONE else {"key": key, "value": value})
+
+
+def _retention(ctx: AppContext, body: models.TaskUpdateBody) -> timedelta | None:
+    """An update's expiry -> the accessor's retention: `expires_in` seconds from the server's
+    clock, `expires_at: null` never, neither the default."""
+    if body.expires_in is not None:
+        if body.expires_at != "default":
+            _unprocessable(("body", EXPIRES_IN), "give expires_at or expires_in, not both")
+        if ctx.store.clock() + body.expires_in > MAX_EXPIRES_AT:
+            _unprocessable(("body", EXPIRES_IN), "expires_in reaches past 9999-12-31T23:59:59Z")
+        return timedelta(seconds=body.expires_in)
+    return None if body.expires_at == "default" else NEVER_EXPIRE
 
 
 _ABSENT = object()
@@ -878,6 +935,8 @@ _HANDLERS: dict[tuple[str, bool, str], Handler] = {
     ("task_history", True, "POST"): _restore,
     ("asset_history", True, "GET"): _history,
     ("asset_history", True, "POST"): _restore,
+    ("task_update", True, "POST"): _update,
+    ("asset_update", True, "POST"): _update,
 }
 # Each route's name in metrics (`RequestMetrics`): few tags, never an id or a key.
 _NAMES: dict[tuple[str, bool, str], str] = {
@@ -901,6 +960,8 @@ _NAMES: dict[tuple[str, bool, str], str] = {
     ("task_history", True, "POST"): "restore_task_key",
     ("asset_history", True, "GET"): "asset_state_history",
     ("asset_history", True, "POST"): "restore_asset_key",
+    ("task_update", True, "POST"): "update_task_state",
+    ("asset_update", True, "POST"): "update_asset_state",
 }
 _ALLOWED: dict[tuple[str, bool], frozenset[str]] = {}
 for _route, _keyed, _verb in _HANDLERS:
@@ -1004,6 +1065,17 @@ def document(schema: dict[str, Any], *, by_id: bool) -> None:
         "delete": _operation(tag, "Delete task state", [*task, key, if_match],
                              {**ok, **gone, **failed}),
     }  # fmt: skip
+    updated = {
+        **entry(models.UpdateResult),
+        "412": {"description": "The write id was already used for another key"},
+    }
+    write_id = _param(WRITE_ID_HEADER, "header", {**text, "maxLength": MAX_WRITE_ID},
+                      "The client's id of this update: a re-sent copy applies nothing and "
+                      "answers the first one's new value.")  # fmt: skip
+    schema["paths"][_TASK + "/taskstate-update/{key}"] = {
+        "post": _operation(tag, "Update task state", [*task, key, write_id], updated,
+                           _schema(components, models.TaskUpdateBody)),
+    }  # fmt: skip
     history = _history_operations(components, key, if_match)
     tag = "State History"
     schema["paths"][_TASK + "/taskstate-history"] = {
@@ -1042,6 +1114,10 @@ def document(schema: dict[str, Any], *, by_id: bool) -> None:
                               asset + history["get"], history["read"]),
             "post": _operation("State History", f"Restore asset state version{by}",
                                [*asset, *history["post"]], history["restored"], history["body"]),
+        }  # fmt: skip
+        schema["paths"][prefix.replace("/state-store", "/taskstate-update") + "/{key}"] = {
+            "post": _operation(tag, f"Update asset state{by}", [*asset, key, write_id], updated,
+                               _schema(components, models.AssetUpdateBody)),
         }  # fmt: skip
         schema["paths"][prefix + "/{key}"] = {
             "get": _operation(tag, f"Get asset state{by}", [*asset, key, if_none],

@@ -146,25 +146,28 @@ class SchemaStatus:
 class WriteRecorded(Exception):
     """A write whose id the ledger already holds (`StateBackend.records_writes`): an earlier
     request with that id applied it, so this one applied nothing. `etag` is the ETag that
-    write produced (None: it deleted the key). A client re-sends a write whose answer it lost
-    with the same id; this is how the second request learns the first one's outcome."""
+    write produced (None: it deleted the key); `value` the text an update operation wrote
+    (`transact(keep_value=True)`; None for every other write). A client re-sends a write whose
+    answer it lost with the same id; this is how the second request learns the first one's
+    outcome."""
 
-    def __init__(self, etag: str | None) -> None:
+    def __init__(self, etag: str | None, value: str | None = None) -> None:
         super().__init__(etag)
         self.etag = etag
+        self.value = value
 
 
 def recorded_outcome(
     write_id: str, found: Sequence[str | None], namespace: str, key: str
 ) -> WriteRecorded:
-    """The outcome a ledger row (namespace, key, etag) holds for a request re-sent with
+    """The outcome a ledger row (namespace, key, etag, outcome) holds for a request re-sent with
     `write_id`; an id recorded for another key is refused (it names one write, never two)."""
     if (found[0], found[1]) != (namespace, key):
         raise PreconditionFailedError(
             f"write id {write_id!r} was already used for another key: a write id names one "
             "write; send a new one"
         )
-    return WriteRecorded(found[2])
+    return WriteRecorded(found[2], found[3])
 
 
 # What `transact` hands the callback, and what the callback returns: the entry to write,
@@ -457,9 +460,11 @@ class HistoryBackend(StateBackend):
         now: float,
         stamp: Stamp | None = None,
         write_id: str | None = None,
+        keep_value: bool = False,
     ) -> T:
         """As `StateBackend.transact`; given a stamp, a write it makes also appends a version;
-        given a `write_id`, it is looked up and recorded (`records_writes`)."""
+        given a `write_id`, it is looked up and recorded (`records_writes`), with the value
+        written when `keep_value` (an update operation's outcome, `WriteRecorded.value`)."""
 
     @abstractmethod
     def set_many(

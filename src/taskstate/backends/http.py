@@ -295,6 +295,8 @@ class HttpClient:
         # The server said it keeps the write ledger (`wire.WRITE_IDS_HEADER`, on every state
         # route's answer): a write carrying a write id may then be re-sent as it is.
         self.ledger = False
+        # Update operations go to the server's update route until it says it has none.
+        self.update_route = True
 
     def _headers(self, request: Request) -> dict[str, str]:
         sent = {"Accept": wire.JSON_TYPE}
@@ -409,8 +411,25 @@ class HttpClient:
                 self.ledger = response.headers.get(wire.WRITE_IDS_HEADER) == wire.WRITE_IDS_RECORDED
             wait = retry.after_status(response, request.idempotent, resend)
             if wait is None:
-                return self.check(request, response)
+                return self._checked_resend(request, response, retry)
             time.sleep(wait)
+
+    def _checked_resend(self, request: Request, response: Response, retry: Retry) -> Response:
+        """`check`, except that a re-sent write answered as a request this server does not
+        know (an older replica behind the same balancer, mid-upgrade, has no such route) left
+        the first copy's outcome unknown: that is the error, never a reason to try another way
+        (which could apply the write twice)."""
+        try:
+            return self.check(request, response)
+        except ConfigError as exc:
+            if not retry.unknown:
+                raise
+            raise OutcomeUnknownError(
+                f"the taskstate server at {self.host} did not answer a write ({retry.unknown}), "
+                f"and its re-sent copy met a server that does not know the request ({exc}); it "
+                "may or may not have been applied, and it was not applied again. Read the key "
+                "to see, and upgrade every server behind the balancer"
+            ) from exc
 
     # -- answers -------------------------------------------------------------------------
 

@@ -219,6 +219,11 @@ MIGRATIONS: list[str] = [
         SELECT count(*) FROM d
     $$
     """,
+    # The ledger keeps what an update operation wrote (`outcome`, the row's text; NULL for
+    # every other write), so its re-sent copy answers the first one's new value however far
+    # the key has moved on since (docs/api.md, "Update operations"). A nullable column
+    # without a default: a catalogue change, no rewrite.
+    f"ALTER TABLE {WRITES} ADD COLUMN IF NOT EXISTS outcome text",
 ]
 # Versions whose statement cannot run in a transaction (CREATE / DROP INDEX CONCURRENTLY):
 # applied alone, on an autocommit connection, then recorded; each is idempotent, so a migration
@@ -464,10 +469,10 @@ _ZERO_UUID = "00000000-0000-0000-0000-000000000000"
 # The write ledger. Recording is `ON CONFLICT DO NOTHING`: a duplicate that got past the
 # lookup (the key did not exist, so there was no row to lock) finds the id taken, waits for
 # the first request's transaction, and starts over, now finding it recorded.
-_RECORDED = f"SELECT namespace, key, etag FROM {WRITES} WHERE write_id = %s"
+_RECORDED = f"SELECT namespace, key, etag, outcome FROM {WRITES} WHERE write_id = %s"
 _RECORD = (
-    f"INSERT INTO {WRITES} (write_id, namespace, key, etag, written_at) "
-    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (write_id) DO NOTHING RETURNING 1"
+    f"INSERT INTO {WRITES} (write_id, namespace, key, etag, written_at, outcome) "
+    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (write_id) DO NOTHING RETURNING 1"
 )
 _FORGET_WRITES = (
     f"DELETE FROM {WRITES} WHERE ctid = ANY(ARRAY("
@@ -912,6 +917,7 @@ class PostgresBackend(HistoryBackend):
         now: float,
         stamp: Stamp | None = None,
         write_id: str | None = None,
+        keep_value: bool = False,
     ) -> T:
         """As `HistoryBackend.transact`: the row locked `FOR UPDATE`, applied once (`_once`).
         A `write_id` is looked up once the row is locked (so a request re-sent with it waits
@@ -939,7 +945,8 @@ class PostgresBackend(HistoryBackend):
                 conn.execute(_APPEND, kept, prepare=True)
             if write_id is not None:
                 etag = etag_of(new.value, new.expires_at, new.updated_by, now)
-                _record(conn, write_id, namespace, key, etag, now)
+                outcome = new.value if keep_value else None
+                _record(conn, write_id, namespace, key, etag, now, outcome)
             return result, int(got[0])
 
         return self._once(body, "an atomic update")
@@ -1424,11 +1431,18 @@ def _raise_if_recorded(conn: psycopg.Connection[Any], write_id: str, ns: str, ke
 
 
 def _record(
-    conn: psycopg.Connection[Any], write_id: str, ns: str, key: str, etag: str | None, at: float
+    conn: psycopg.Connection[Any],
+    write_id: str,
+    ns: str,
+    key: str,
+    etag: str | None,
+    at: float,
+    outcome: str | None = None,
 ) -> None:
     """Record `write_id` in the caller's transaction; taken meanwhile by a duplicate request
     (whose transaction committed first): start over, which then finds it recorded."""
-    if conn.execute(_RECORD, (write_id, ns, key, etag, at), prepare=True).fetchone() is None:
+    params = (write_id, ns, key, etag, at, outcome)
+    if conn.execute(_RECORD, params, prepare=True).fetchone() is None:
         raise _StartOver
 
 

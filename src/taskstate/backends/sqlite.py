@@ -58,6 +58,7 @@ TABLE = "taskstate_entries"
 VERSIONS = "taskstate_versions"
 MARKS = "taskstate_version_marks"
 WRITES = "taskstate_write_ids"
+OUTCOMES = "taskstate_write_outcomes"
 
 _HEX32 = "[0-9a-f]" * 32
 
@@ -134,6 +135,18 @@ MIGRATIONS: list[str] = [
         written_at REAL NOT NULL
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS {WRITES}_age ON {WRITES} (written_at)
+    """,
+    # The ledger keeps what an update operation wrote (the row's text), so its re-sent copy
+    # answers the first one's new value however far the key has moved on since (docs/api.md,
+    # "Update operations"). A table of its own, not a column: an older taskstate writing the
+    # same file inserts ledger rows without naming their columns. Pruned with the ledger.
+    f"""
+    CREATE TABLE IF NOT EXISTS {OUTCOMES} (
+        write_id   TEXT NOT NULL PRIMARY KEY,
+        outcome    TEXT NOT NULL,
+        written_at REAL NOT NULL
+    ) WITHOUT ROWID;
+    CREATE INDEX IF NOT EXISTS {OUTCOMES}_age ON {OUTCOMES} (written_at)
     """,
 ]
 
@@ -237,10 +250,12 @@ _MARK = f"SELECT max(coalesce(({_KEPT}), ({_MARKED})), coalesce(({_MARKED}), ({_
 # A stamped `set` is one statement: TEMP triggers (this connection's alone, so another process,
 # an older taskstate or a store with history off never runs them) append the version and, on
 # every `_TRIM_EVERY`-th number, trim the key's versions past the number kept, inside the
-# write's own statement. They fire only while `taskstate_op()` names the operation: `set`
-# names it around its statement (every other write appends and trims itself). Measured in
-# bench/README.md ("History").
+# write's own statement. They fire only while `taskstate_versioning()` says so: `set` turns it
+# on around its statement (every other write appends and trims itself). The operation they
+# record is the constant `set` (other operations take the explicit path): a second call into
+# Python per write cost 0.07x of an unversioned `set`. Measured in bench/README.md ("History").
 _TRIM_EVERY = 16
+_TRIGGER_OP = "set"
 _VERSIONING_BODY = _APPEND_NEW.format(
     ns="new.namespace",
     key="new.key",
@@ -248,16 +263,16 @@ _VERSIONING_BODY = _APPEND_NEW.format(
     expires_at="new.expires_at",
     at="new.updated_at",
     by="new.updated_by",
-    op="taskstate_op()",
+    op=f"'{_TRIGGER_OP}'",
 )
 _VERSIONING = [
     *(
         f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_{event} AFTER {event.upper()} "
-        f"ON {TABLE} WHEN taskstate_op() IS NOT NULL BEGIN {_VERSIONING_BODY}; END"
+        f"ON {TABLE} WHEN taskstate_versioning() BEGIN {_VERSIONING_BODY}; END"
         for event in ("insert", "update")
     ),
     f"CREATE TEMP TRIGGER IF NOT EXISTS taskstate_versioning_trim AFTER INSERT ON {VERSIONS} "
-    f"WHEN new.version % {_TRIM_EVERY} = 0 AND taskstate_op() IS NOT NULL BEGIN "
+    f"WHEN new.version % {_TRIM_EVERY} = 0 AND taskstate_versioning() BEGIN "
     f"DELETE FROM {VERSIONS} WHERE namespace = new.namespace AND key = new.key "
     "AND version <= new.version - taskstate_keep(); END",
 ]
@@ -352,8 +367,16 @@ _GONE = " RETURNING namespace, key"
 # Rows deleted (and their deletion versions recorded) per statement of an unbatched cleanup
 # with history: what it holds in memory at once.
 _EXPIRE_CHUNK = 1000
-_RECORDED = f"SELECT namespace, key, etag FROM {WRITES} WHERE write_id = ?"
+_RECORDED = (
+    f"SELECT w.namespace, w.key, w.etag, o.outcome FROM {WRITES} AS w "
+    f"LEFT JOIN {OUTCOMES} AS o ON o.write_id = w.write_id WHERE w.write_id = ?"
+)
 _RECORD = f"INSERT INTO {WRITES} VALUES (?, ?, ?, ?, ?)"
+_KEEP_OUTCOME = f"INSERT INTO {OUTCOMES} VALUES (?, ?, ?)"
+_FORGET_OUTCOMES = (
+    f"DELETE FROM {OUTCOMES} WHERE write_id IN "
+    f"(SELECT write_id FROM {OUTCOMES} WHERE written_at < ? LIMIT ?)"
+)
 _FORGET_WRITES = (
     f"DELETE FROM {WRITES} WHERE write_id IN "
     f"(SELECT write_id FROM {WRITES} WHERE written_at < ? LIMIT ?)"
@@ -458,14 +481,14 @@ def _release(conn: sqlite3.Connection, pid: int, path: Path) -> None:
 
 
 class _Versioning:
-    """What a connection's versioning trigger reads (`_VERSIONING`): the operation of the
-    `set` running now (None: not a versioned write) and how many versions to keep. It holds no
-    reference to the connection or the backend, so the functions it backs make no cycle."""
+    """What a connection's versioning trigger reads (`_VERSIONING`): whether the `set` running
+    now is versioned by it, and how many versions to keep. It holds no reference to the
+    connection or the backend, so the functions it backs make no cycle."""
 
-    __slots__ = ("keep", "op")
+    __slots__ = ("keep", "on")
 
     def __init__(self) -> None:
-        self.op: str | None = None
+        self.on = False
         self.keep = 0
 
 
@@ -523,6 +546,12 @@ class SQLiteBackend(HistoryBackend):
         self._synchronous = options.get("synchronous", "normal")
         if self._synchronous not in ("normal", "full", "extra"):
             raise ConfigError(f"synchronous must be normal, full or extra in {redact_url(url)!r}")
+        # `?mmap_size=BYTES`: read the file through a memory map of up to that many bytes
+        # (docs/backends.md, "SQLite": point reads at 10 M rows; off by default).
+        mmap_size = options.get("mmap_size", "0")
+        if not mmap_size.isdigit():
+            raise ConfigError(f"mmap_size must be a number of bytes in {redact_url(url)!r}")
+        self._mmap_size = int(mmap_size)
         self._busy_timeout_s = busy_timeout_s
         self._local = threading.local()
         self._migrated = False
@@ -574,6 +603,8 @@ class SQLiteBackend(HistoryBackend):
             )
             self._enable_wal(conn)
             conn.execute(f"PRAGMA synchronous={self._synchronous}")
+            if self._mmap_size:
+                conn.execute(f"PRAGMA mmap_size={self._mmap_size}")
         except sqlite3.Error as exc:
             if _is_busy(exc):
                 raise self._error(exc) from exc
@@ -590,7 +621,7 @@ class SQLiteBackend(HistoryBackend):
         if versioning is None:
             versioning = _Versioning()
             state = versioning  # the functions close over it alone
-            conn.create_function("taskstate_op", 0, lambda: state.op)
+            conn.create_function("taskstate_versioning", 0, lambda: state.on)
             conn.create_function("taskstate_keep", 0, lambda: state.keep)
             for statement in _VERSIONING:
                 conn.execute(statement)
@@ -655,14 +686,14 @@ class SQLiteBackend(HistoryBackend):
         if stamp is None or not self.history_versions:
             self._conn().execute(_SET, params)
             return
-        if stamp.at == now:  # the version is the row as written: the trigger records it
+        if stamp.at == now and stamp.op == _TRIGGER_OP:  # the row as written: the trigger's
             conn = self._conn()
             versioning = self._versioning(conn)
-            versioning.op, versioning.keep = stamp.op, self.history_versions
+            versioning.on, versioning.keep = True, self.history_versions
             try:
                 conn.execute(_SET, params)
             finally:
-                versioning.op = None
+                versioning.on = False
             return
         with self._write_transaction(self._conn()) as conn:
             conn.execute(_SET, params)
@@ -754,6 +785,7 @@ class SQLiteBackend(HistoryBackend):
         now: float,
         stamp: Stamp | None = None,
         write_id: str | None = None,
+        keep_value: bool = False,
     ) -> T:
         """As `HistoryBackend.transact`: read, `fn` and write under `BEGIN IMMEDIATE` (the
         file's write lock, so a request re-sent with the same `write_id` waits for the first)."""
@@ -768,6 +800,8 @@ class SQLiteBackend(HistoryBackend):
                 if write_id is not None:
                     etag = etag_of(new.value, new.expires_at, new.updated_by, now)
                     conn.execute(_RECORD, (write_id, namespace, key, etag, now))
+                    if keep_value:
+                        conn.execute(_KEEP_OUTCOME, (write_id, new.value, now))
                 if stamp is not None and self.history_versions:
                     self._append(
                         conn,
@@ -1011,8 +1045,11 @@ class SQLiteBackend(HistoryBackend):
 
     @_typed_errors
     def forget_writes(self, before: float, limit: int) -> int:
-        """As `StateBackend.forget_writes`: one bounded DELETE through the `written_at` index."""
-        return int(self._conn().execute(_FORGET_WRITES, (before, limit)).rowcount)
+        """As `StateBackend.forget_writes`: one bounded DELETE through the `written_at` index
+        (and one of the update operations' kept values, which are fewer)."""
+        conn = self._conn()
+        conn.execute(_FORGET_OUTCOMES, (before, limit))
+        return int(conn.execute(_FORGET_WRITES, (before, limit)).rowcount)
 
     @_typed_errors
     def schema_status(self) -> SchemaStatus:
