@@ -3,8 +3,11 @@
 PgBouncer), side by side in one run; then paced at half the closed-loop rate with one fault
 of each kind injected, for latency outside the fault windows and the time to recover.
 
-    .venv/bin/python bench/fleet.py [--workers 64] [--seconds 600] [--serve-workers 1]
-        [--layouts 1,2,3,direct] [--rounds 2]
+    .venv/bin/python bench/fleet.py [--workers 64] [--seconds 300] [--serve-workers 1]
+        [--layouts 1,2,3,direct] [--rounds 1]
+
+The defaults are the issue's size: 64 workers for 10 minutes per layout (5 closed loop, 5
+paced with faults), about 45 minutes in all.
 
 One fleet of 3 replicas serves every layout (the balancer sends requests to the first N; the
 rest wait in maintenance), so every layout meets the same PostgreSQL, PgBouncer and load.
@@ -138,10 +141,10 @@ class PoolSampler:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workers", type=int, default=64)
-    parser.add_argument("--seconds", type=float, default=600, help="closed loop, per layout")
+    parser.add_argument("--seconds", type=float, default=300, help="closed loop, per layout")
     parser.add_argument("--serve-workers", type=int, default=1, help="processes per replica")
     parser.add_argument("--layouts", default="1,2,3,direct")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--pool-size", type=int, default=8, help="PgBouncer's server pool")
     parser.add_argument("--settle", type=float, default=10.0)
     parser.add_argument("--no-faults", action="store_true")
