@@ -30,10 +30,10 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from tests.pgbouncer_server import PgBouncer
 from tests.postgres_server import PostgresServer, debian_command, free_port, wait_for_http
@@ -133,13 +133,21 @@ class Replica:
                     time.sleep(0.05)
 
 
+class Upstream(Protocol):
+    """A server the balancer sends requests to (a replica, or Airflow's api-server), on
+    127.0.0.1, with the API under /taskstate."""
+
+    name: str
+    port: int
+
+
 class HAProxy:
     """Debian's haproxy in front of the replicas: round robin, a health check on the
     store-reading `/health` every 500 ms (down after 2 failures), and `retry-on conn-failure`
     only (with `option redispatch`): a request that reached a replica is never sent again by
     the balancer — resending a write is the client's decision, which knows if it is safe."""
 
-    def __init__(self, replicas: list[Replica], root: Path) -> None:
+    def __init__(self, replicas: Sequence[Upstream], root: Path) -> None:
         self.binary = debian_command("haproxy", "haproxy")
         self.replicas = replicas
         self.root = root

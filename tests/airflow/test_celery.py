@@ -4,12 +4,15 @@ AIRFLOW_HOME. See tests/airflow/celery_deployment.py."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 from examples.airflow.demo import DAG_ID, KILL_AT, TASK_ID
 from tests.airflow.celery_deployment import CeleryDeployment, Worker, celery_airflow
 from tests.airflow.harness import versions
+from tests.fleet import HAProxy
 from tests.postgres_server import running_server
 
 from taskstate import StateStore, TaskScope
@@ -102,25 +105,42 @@ def test_celery_3_worker_without_any_database_resumes_over_http(
     celery_32: CeleryDeployment,
 ) -> None:
     """Airflow 3.2: the worker has no sql_alchemy_conn and no taskstate database: its tasks
-    reach their state through the plugin's routes on the api-server, with a token each task
-    mints for its own try. Then a write from a try that is no longer running is refused."""
+    reach their state through the plugin's routes on the api-server, behind a load balancer
+    (the fleet's HAProxy, as docs/deployment.md configures it), with a token each task mints
+    for its own try. Then a write from a try that is no longer running is refused."""
     keys = SigningKeys([SECRET])
-    env = {"AIRFLOW__STATE_STORE__TASKSTATE_URL": "{api_url}"}
-    with celery_32.worker("worker-http", env) as worker:
-        admin = keys.issue(Claims(subject="test", admin=True))
-        url = celery_32.api_url
-        with StateStore(url, settings=Settings(), backend=HttpBackend(url, token=admin)) as store:
-            run_id = _distributed_runs_resume(celery_32, worker, store)
-        # Try 1 of the ETL task is long gone: a write with a token for it is fenced off.
-        scope = TaskScope(DAG_ID, run_id, TASK_ID)
-        stale = keys.issue(
-            Claims(subject="zombie", dag_ids=(DAG_ID,), run_id=scope.run_id, task_id=TASK_ID,
-                   map_index=-1, try_number=1)
-        )  # fmt: skip
-        zombie = StateStore(url, settings=Settings(), backend=HttpBackend(url, token=stale))
-        with pytest.raises(StaleTryError, match="stale try"):
-            zombie.task_state(scope).set("last_cursor", 0)
-        assert zombie.task_state(scope).get("last_cursor") == 20
+    api_port = urlsplit(celery_32.api_url).port
+    assert api_port is not None
+    balancer = HAProxy([_ApiServer("api-server", api_port)], celery_32.root)
+    balancer.start()
+    try:
+        url = balancer.url
+        env = {"AIRFLOW__STATE_STORE__TASKSTATE_URL": url}
+        with celery_32.worker("worker-http", env) as worker:
+            admin = keys.issue(Claims(subject="test", admin=True))
+            backend = HttpBackend(url, token=admin)
+            with StateStore(url, settings=Settings(), backend=backend) as store:
+                run_id = _distributed_runs_resume(celery_32, worker, store)
+            # Try 1 of the ETL task is long gone: a write with a token for it is fenced off.
+            scope = TaskScope(DAG_ID, run_id, TASK_ID)
+            stale = keys.issue(
+                Claims(subject="zombie", dag_ids=(DAG_ID,), run_id=scope.run_id,
+                       task_id=TASK_ID, map_index=-1, try_number=1)
+            )  # fmt: skip
+            zombie = StateStore(url, settings=Settings(), backend=HttpBackend(url, token=stale))
+            with pytest.raises(StaleTryError, match="stale try"):
+                zombie.task_state(scope).set("last_cursor", 0)
+            assert zombie.task_state(scope).get("last_cursor") == 20
+    finally:
+        balancer.kill()
+
+
+@dataclass
+class _ApiServer:
+    """Airflow's api-server as the balancer's one upstream."""
+
+    name: str
+    port: int
 
 
 # Last: the 3.2 deployment (a module fixture) runs until the module's end, so a test on another
