@@ -675,11 +675,7 @@ def _expiry(ctx: AppContext, body: models.TaskStateBody) -> Any:
     than 9999-12-31T23:59:59Z (the API could not write it back)."""
     when, now = body.expires_at, ctx.store.clock()
     if body.expires_in is not None:
-        if when != "default":
-            _unprocessable(("body", EXPIRES_IN), "give expires_at or expires_in, not both")
-        if now + body.expires_in > MAX_EXPIRES_AT:
-            _unprocessable(("body", EXPIRES_IN), "expires_in reaches past 9999-12-31T23:59:59Z")
-        return now + body.expires_in
+        return _expires_in(ctx, body.expires_in, when)
     if when == "default":
         return DEFAULT_EXPIRY
     if when is None:
@@ -694,6 +690,17 @@ def _expiry(ctx: AppContext, body: models.TaskStateBody) -> Any:
             "expires_at is not in the future (by the server's clock); to remove a key, DELETE it",
         )
     return epoch
+
+
+def _expires_in(ctx: AppContext, seconds: float, expires_at: object) -> float:
+    """The instant `expires_in` names, by the server's clock; 422 when `expires_at` is given
+    too, or when it reaches past 9999-12-31T23:59:59Z."""
+    if expires_at != "default":
+        _unprocessable(("body", EXPIRES_IN), "give expires_at or expires_in, not both")
+    at = ctx.store.clock() + seconds
+    if at > MAX_EXPIRES_AT:
+        _unprocessable(("body", EXPIRES_IN), "expires_in reaches past 9999-12-31T23:59:59Z")
+    return at
 
 
 async def _put(ctx: AppContext, request: Request, principal: Principal, a: Address) -> Answer:
@@ -782,10 +789,7 @@ def _retention(ctx: AppContext, body: models.TaskUpdateBody) -> timedelta | None
     """An update's expiry -> the accessor's retention: `expires_in` seconds from the server's
     clock, `expires_at: null` never, neither the default."""
     if body.expires_in is not None:
-        if body.expires_at != "default":
-            _unprocessable(("body", EXPIRES_IN), "give expires_at or expires_in, not both")
-        if ctx.store.clock() + body.expires_in > MAX_EXPIRES_AT:
-            _unprocessable(("body", EXPIRES_IN), "expires_in reaches past 9999-12-31T23:59:59Z")
+        _expires_in(ctx, body.expires_in, body.expires_at)
         return timedelta(seconds=body.expires_in)
     return None if body.expires_at == "default" else NEVER_EXPIRE
 
