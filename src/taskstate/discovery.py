@@ -169,14 +169,14 @@ class Discovery:
         self,
         fetch: Callable[[int], list[str]],
         keep: Callable[[str], bool],
-        prefix: Callable[[str], str],
+        count: Callable[[list[str]], list[int]],
         visible: Callable[[str], int],
         reach: Reach,
         limit: int,
         offset: int,
     ) -> Page[tuple[str, int]]:
         """A page of the items `fetch` finds and `keep` accepts, with their key counts: the
-        page's only, all in one backend call (the range under `prefix(item)`). Items are found
+        page's only, all in one backend call (`count`). Items are found
         only as far as the page needs (`_first`): the total is exact when they end on the page,
         else `offset + limit + 1` and not exact. With pins, each item counts only what the
         caller may read (`visible`), and items where that is nothing are left out, so every
@@ -187,10 +187,14 @@ class Discovery:
             return Page(counted[offset : offset + limit] if limit > 0 else [], len(counted))
         items, complete = _first(fetch, keep, limit, offset)
         window = _window(items, limit, offset)
-        counts = self.backend.counts(
-            [prefix(item) for item in window], self.now, cap=KEY_COUNT_CAP + 1
-        )
+        counts = count(window) if window else []
         return Page(list(zip(window, counts, strict=True)), len(items), complete)
+
+    def _ranges(self, prefix: Callable[[str], str]) -> Callable[[list[str]], list[int]]:
+        """Key counts of items: each a range count of the namespaces under `prefix(item)`."""
+        return lambda items: self.backend.counts(
+            [prefix(item) for item in items], self.now, cap=KEY_COUNT_CAP + 1
+        )
 
     def dags(
         self,
@@ -215,10 +219,17 @@ class Discovery:
 
         run, task, index = reach.run_id, reach.task_id, reach.map_index
         found = id_search(pattern) if pattern else _found_all
+        # Every DAG: the backend's count catalog. A token's globs: range counts of its DAGs'
+        # rows alone (the catalog's read subtracts expired rows found store-wide).
+        count = (
+            (lambda dags: self.backend.dag_counts(dags, self.now, cap=KEY_COUNT_CAP + 1))
+            if reach.dag_globs is None
+            else self._ranges(task_prefix)
+        )
         return self._counted(
             fetch,
             lambda dag: found(dag) and may_task(dag, run or "", task or "", index),
-            task_prefix,
+            count,
             lambda dag: self._visible(dag, run, task, index),
             reach,
             limit,
@@ -246,7 +257,7 @@ class Discovery:
         return self._counted(
             fetch,
             lambda run: may_task(dag_id, run, task or "", index),
-            lambda run: task_prefix(dag_id, run),
+            self._ranges(lambda run: task_prefix(dag_id, run)),
             lambda run: self._visible(dag_id, run, task, index),
             reach,
             limit,

@@ -19,7 +19,7 @@ from typing import NamedTuple, Protocol, TypeVar
 
 from taskstate.errors import BackendError, ConfigError, PreconditionFailedError
 from taskstate.redaction import redact_url
-from taskstate.scope import SEP
+from taskstate.scope import SEP, task_prefix
 
 T = TypeVar("T")
 
@@ -332,6 +332,11 @@ class StateBackend(ABC):
     ) -> list[int]:
         """`count` of each of `prefixes`, in order (a backend with round trips: in one)."""
         return [self.count(prefix, now, exact=exact, cap=cap) for prefix in prefixes]
+
+    def dag_counts(self, dag_ids: list[str], now: float, *, cap: int | None = None) -> list[int]:
+        """How many live keys each of `dag_ids` holds under its task namespaces (`count` of
+        each one's `task_prefix`), in order. A backend that keeps a count catalog reads it."""
+        return self.counts([task_prefix(dag_id) for dag_id in dag_ids], now, cap=cap)
 
     def groups(
         self,

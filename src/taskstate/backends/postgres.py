@@ -71,7 +71,7 @@ from taskstate.errors import (
     SchemaMissingError,
 )
 from taskstate.redaction import redact_url, scrub, url_secrets
-from taskstate.scope import META_PREFIX
+from taskstate.scope import META_PREFIX, task_prefix
 from taskstate.stored import etag_of
 
 T = TypeVar("T")
@@ -82,6 +82,7 @@ MARKS = "taskstate_version_marks"
 TRIM_FUNCTION = "taskstate_trim_versions"
 VERSION_TABLE = "taskstate_schema_version"
 WRITES = "taskstate_write_ids"
+DAG_KEYS = "taskstate_dag_keys"
 
 _HEX32 = "[0-9a-f]{32}"
 
@@ -96,6 +97,12 @@ _IDENTITY = (
 # predicate, repeated verbatim in the queries it serves (the planner matches it as written).
 _SHORT = "octet_length(namespace) <= 1000"
 _LONG = "octet_length(namespace) > 1000"  # (the planner does not match NOT _SHORT to _LONG)
+
+# A task namespace (t SEP dag SEP run SEP task SEP map index): whether one is, its DAG's key in
+# the count catalog, and the catalog row (of 8) it is counted in.
+_IS_TASK = "left({ns}, 2) = 't' || chr(31)"
+_DAG_MD5 = "md5(split_part({ns}, chr(31), 2))::uuid"
+_SHARD = "hashtext({ns}) & 7"
 
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 # COLLATE "C": byte order, so a namespace prefix is an index range scan (and matches SQLite).
@@ -224,7 +231,53 @@ MIGRATIONS: list[str] = [
     # the key has moved on since (docs/api.md, "Update operations"). A nullable column
     # without a default: a catalogue change, no rewrite.
     f"ALTER TABLE {WRITES} ADD COLUMN IF NOT EXISTS outcome text",
+    # The count catalog (docs/backends.md, "Key counts of /dags"): how many rows each DAG's task
+    # namespaces hold, in 8 rows per DAG (a namespace's hash picks one), so `/dags` sums 8 rows
+    # per DAG instead of counting its keys, and a DAG's writers rarely wait on one another.
+    # Kept in the write's own transaction, on a key's creation (a row trigger: an upsert that
+    # updates fires no INSERT trigger, so an overwrite pays nothing) and deletion (a statement
+    # trigger: a cleanup batch updates each row once, in key order, at the statement's end).
+    # Every write path (set, CAS, delete, clear, import, restore, clean) goes through them. The
+    # DAG is keyed by its id's md5 (ids written before ids were bounded may be long). Expired
+    # rows not yet cleaned are subtracted when read (`_DAG_COUNTS`). The rows already there are
+    # counted after this step, a DAG per short transaction (`_fill_dag_keys`). CREATE TRIGGER
+    # stops writes while it commits: it gives up after 1 s and is retried, so writers never
+    # queue behind it waiting for a long transaction.
+    f"""
+    SET LOCAL lock_timeout = '1s';
+    CREATE TABLE IF NOT EXISTS {DAG_KEYS} (
+        dag_md5 uuid NOT NULL,
+        shard   smallint NOT NULL,
+        n       bigint NOT NULL,
+        PRIMARY KEY (dag_md5, shard)
+    );
+    CREATE OR REPLACE FUNCTION {DAG_KEYS}_created() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO {DAG_KEYS} VALUES ({_DAG_MD5.format(ns="NEW.namespace")},
+            {_SHARD.format(ns="NEW.namespace")}, 1)
+            ON CONFLICT (dag_md5, shard) DO UPDATE SET n = {DAG_KEYS}.n + 1;
+        RETURN NULL;
+    END $$;
+    CREATE OR REPLACE FUNCTION {DAG_KEYS}_deleted() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        INSERT INTO {DAG_KEYS} SELECT {_DAG_MD5.format(ns="namespace")},
+            {_SHARD.format(ns="namespace")}, -count(*) FROM gone
+            WHERE {_IS_TASK.format(ns="namespace")} GROUP BY 1, 2 ORDER BY 1, 2
+            ON CONFLICT (dag_md5, shard) DO UPDATE SET n = {DAG_KEYS}.n + excluded.n;
+        RETURN NULL;
+    END $$;
+    DROP TRIGGER IF EXISTS {DAG_KEYS}_created ON {TABLE};
+    CREATE TRIGGER {DAG_KEYS}_created AFTER INSERT ON {TABLE} FOR EACH ROW
+        WHEN ({_IS_TASK.format(ns="NEW.namespace")}) EXECUTE PROCEDURE {DAG_KEYS}_created();
+    DROP TRIGGER IF EXISTS {DAG_KEYS}_deleted ON {TABLE};
+    CREATE TRIGGER {DAG_KEYS}_deleted AFTER DELETE ON {TABLE} REFERENCING OLD TABLE AS gone
+        FOR EACH STATEMENT EXECUTE PROCEDURE {DAG_KEYS}_deleted();
+    """,
 ]
+# The step that creates the count catalog: its rows are counted after it, before it is recorded.
+_FILLS_DAG_KEYS = next(
+    v for v, sql in enumerate(MIGRATIONS, 1) if f"TABLE IF NOT EXISTS {DAG_KEYS} " in sql
+)
 # Versions whose statement cannot run in a transaction (CREATE / DROP INDEX CONCURRENTLY):
 # applied alone, on an autocommit connection, then recorded; each is idempotent, so a migration
 # that dies midway is finished by the next `db migrate`. Value: the index it builds (checked
@@ -346,6 +399,38 @@ _GROUPS = {
 }
 _TOP = "\U0010ffff"  # above every namespace (each starts with a kind letter)
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= %s"
+# `/dags`' key counts in one statement (one snapshot): each DAG's catalog rows, less its rows
+# expired and not yet cleaned, found through the expiry index: at most `_EXPIRED_BOUND` + 1 of
+# them store-wide (each row also says how many that was; more than the bound: range counts).
+_DAG_COUNTS = (
+    f"WITH x AS (SELECT namespace FROM {TABLE} WHERE expires_at <= %(now)s LIMIT %(bound)s), "
+    "gone AS (SELECT split_part(namespace, chr(31), 2) AS dag, count(*) AS n FROM x "
+    f"WHERE {_IS_TASK.format(ns='namespace')} GROUP BY 1) "
+    "SELECT (SELECT count(*) FROM x), "
+    f"(SELECT coalesce(sum(n), 0) FROM {DAG_KEYS} WHERE dag_md5 = md5(p.dag)::uuid) "
+    "- coalesce((SELECT n FROM gone WHERE gone.dag = p.dag), 0) "
+    "FROM unnest(%(dags)s::text[]) WITH ORDINALITY AS p(dag, i) ORDER BY p.i"
+)
+_EXPIRED_BOUND = 10_000
+# Filling the catalog for the rows already there, one DAG per transaction: its 8 rows made and
+# locked (a writer creating or deleting one of its keys waits: its trigger updates them), then
+# set to the DAG's count at that moment (what a writer waiting on them adds comes after).
+_FILL_ROWS = (
+    f"INSERT INTO {DAG_KEYS} SELECT md5(%(dag)s)::uuid, s, 0 FROM generate_series(0, 7) AS s "
+    "ON CONFLICT DO NOTHING"
+)
+_FILL_LOCK = f"SELECT FROM {DAG_KEYS} WHERE dag_md5 = md5(%(dag)s)::uuid ORDER BY shard FOR UPDATE"
+_FILL_COUNT = (
+    f"WITH c AS (SELECT {_SHARD.format(ns='namespace')} AS shard FROM {TABLE} "
+    f"WHERE namespace >= %(lo)s AND namespace < %(hi)s AND {_SHORT} UNION ALL "
+    f"SELECT {_SHARD.format(ns='namespace')} FROM {TABLE} WHERE substr(namespace, 1, 200) >= "
+    "left(%(lo)s, 200) AND substr(namespace, 1, 200) <= left(%(hi)s, 200) "
+    f"AND namespace >= %(lo)s AND namespace < %(hi)s AND {_LONG}), "
+    "g AS (SELECT shard, count(*) AS n FROM c GROUP BY 1) "
+    f"UPDATE {DAG_KEYS} k SET n = coalesce((SELECT n FROM g WHERE g.shard = k.shard), 0) "
+    "WHERE k.dag_md5 = md5(%(dag)s)::uuid"
+)
+_FILL_BATCH = 100  # DAGs found per skip-scan query while filling
 # History: one statement per write (one round trip, as without history). `w` is what the write
 # changed (namespace, key, value, expires_at; value NULL for a deletion); each such key of user
 # state takes the next number from its mark and appends a version; on every `_TRIM_EVERY`-th
@@ -1243,6 +1328,18 @@ class PostgresBackend(HistoryBackend):
 
         return [int(row[0]) for row in self._run(op)]
 
+    def dag_counts(self, dag_ids: list[str], now: float, *, cap: int | None = None) -> list[int]:
+        """As `StateBackend.dag_counts`: the count catalog's rows less the DAGs' expired rows
+        not yet cleaned, in one statement. Its cost is that of the store's uncleaned expired
+        rows; past `_EXPIRED_BOUND` of those, each DAG's range is counted instead."""
+        if not dag_ids:
+            return []
+        params = {"dags": dag_ids, "now": now, "bound": _EXPIRED_BOUND + 1}
+        found = self._run(lambda conn: conn.execute(_DAG_COUNTS, params).fetchall())
+        if found[0][0] > _EXPIRED_BOUND:
+            return super().dag_counts(dag_ids, now, cap=cap)
+        return [int(n) if cap is None else min(int(n), cap) for _, n in found]
+
     def groups(
         self,
         prefix: str,
@@ -1303,6 +1400,11 @@ class PostgresBackend(HistoryBackend):
             applied += done
             if online is None:
                 return applied
+            if online == _FILLS_DAG_KEYS:
+                self._direct(_fill_dag_keys)
+                if self._direct(functools.partial(_record_version, version=online)):
+                    applied.append(online)
+                continue
             build = functools.partial(
                 _build_index, index=_ONLINE[online], sql=MIGRATIONS[online - 1]
             )
@@ -1311,8 +1413,9 @@ class PostgresBackend(HistoryBackend):
     def _migrate_step(self, conn: psycopg.Connection[Any]) -> tuple[list[int], int | None]:
         """Under the migration lock (transaction-level: nothing outlives the transaction, so
         this works through PgBouncer's transaction pooling): apply and record pending versions
-        up to the first online one whose index is not built yet. Returns the versions applied
-        and that online version (None: the schema is current)."""
+        up to the first online one whose index is not built yet, or the count catalog's step
+        (applied here, recorded once its rows are counted). Returns the versions applied and
+        that version (None: the schema is current)."""
         applied: list[int] = []
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
@@ -1327,6 +1430,9 @@ class PostgresBackend(HistoryBackend):
                 if version in _ONLINE:
                     if _index_state(conn, _ONLINE[version]) != _done(MIGRATIONS[version - 1]):
                         return applied, version
+                elif version == _FILLS_DAG_KEYS:
+                    conn.execute(MIGRATIONS[version - 1])
+                    return applied, version
                 else:
                     conn.execute(MIGRATIONS[version - 1])
                 conn.execute(f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s)", (version,))
@@ -1380,6 +1486,37 @@ def _release_pool(pool: ConnectionPool[Any], pid: int) -> None:
         pool.close()
     else:
         _INHERITED.append(pool)  # the parent's: closing it here would end its sessions
+
+
+def _fill_dag_keys(conn: psycopg.Connection[Any]) -> None:
+    """Count the rows already in the store into the count catalog, one DAG per transaction
+    (`_FILL_ROWS`): writers creating or deleting keys of that DAG wait for its count, no one
+    else waits. Idempotent: each DAG's rows become its count at that moment."""
+    after = ""
+    while True:
+        lo = prefix_upper_bound(task_prefix(after)) if after else "t\x1f"
+        params = {"lo": lo, "hi": "t ", "now": -_INF, "n": 2, "like": "", "limit": _FILL_BATCH}
+        dags = [row[0] for row in conn.execute(_GROUPS[False], params).fetchall()]
+        for dag in dags:
+            prefix = task_prefix(dag)
+            counted = {"dag": dag, "lo": prefix, "hi": prefix_upper_bound(prefix)}
+            with conn.transaction():
+                conn.execute(_FILL_ROWS, counted)
+                conn.execute(_FILL_LOCK, counted)
+                conn.execute(_FILL_COUNT, counted)
+        if len(dags) < _FILL_BATCH:
+            return
+        after = dags[-1]
+
+
+def _record_version(conn: psycopg.Connection[Any], *, version: int) -> bool:
+    """Record `version` as applied (under the migration lock); False if another did first."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+        inserted = conn.execute(
+            f"INSERT INTO {VERSION_TABLE} (version) VALUES (%s) ON CONFLICT DO NOTHING", (version,)
+        )
+        return inserted.rowcount == 1
 
 
 def _index_state(conn: psycopg.Connection[Any], index: str) -> str:

@@ -49,7 +49,7 @@ from taskstate.backends.base import (
 )
 from taskstate.errors import BackendBusyError, BackendError, ConfigError, DatabaseMissingError
 from taskstate.redaction import redact_url
-from taskstate.scope import META_PREFIX
+from taskstate.scope import META_PREFIX, SEP, task_prefix
 from taskstate.stored import etag_of
 
 T = TypeVar("T")
@@ -59,8 +59,15 @@ VERSIONS = "taskstate_versions"
 MARKS = "taskstate_version_marks"
 WRITES = "taskstate_write_ids"
 OUTCOMES = "taskstate_write_outcomes"
+DAG_KEYS = "taskstate_dag_keys"
+DAG_KEYS_FILL = "taskstate_dag_keys_fill"
 
 _HEX32 = "[0-9a-f]" * 32
+
+# The DAG id of a task namespace (t SEP dag SEP run SEP task SEP map index), and whether one is.
+_DAG_OF = "substr({ns}, 3, instr(substr({ns}, 3), char(31)) - 1)"
+_IS_TASK = "substr({ns}, 1, 2) = 't' || char(31)"
+_TASKS_LO, _TASKS_HI = "t\x1f", "t "  # every task namespace is in [lo, hi)
 
 # Forward-only; version N is MIGRATIONS[N - 1]. Never edit a released entry, append one.
 MIGRATIONS: list[str] = [
@@ -148,7 +155,37 @@ MIGRATIONS: list[str] = [
     ) WITHOUT ROWID;
     CREATE INDEX IF NOT EXISTS {OUTCOMES}_age ON {OUTCOMES} (written_at)
     """,
+    # The count catalog (docs/backends.md, "Key counts of /dags"): how many rows each DAG's task
+    # namespaces hold, so `/dags` reads one row per DAG instead of counting its keys. Kept by
+    # triggers in the write's own transaction, on a key's creation and deletion only: an
+    # overwrite (the upsert's update) fires neither, and every write path (set, CAS, delete,
+    # clear, import, restore, clean) goes through them. Expired rows not yet cleaned are
+    # subtracted when read (`_EXPIRED_BY_DAG`). The rows already there are counted after this
+    # step, a few DAGs per short write transaction (`_fill_dag_keys`, progress in
+    # DAG_KEYS_FILL), so writers never wait for the whole table.
+    f"""
+    CREATE TABLE IF NOT EXISTS {DAG_KEYS} (
+        dag TEXT NOT NULL PRIMARY KEY,
+        n   INTEGER NOT NULL
+    ) WITHOUT ROWID;
+    CREATE TABLE IF NOT EXISTS {DAG_KEYS_FILL} (after TEXT);
+    INSERT INTO {DAG_KEYS_FILL} SELECT NULL WHERE NOT EXISTS (SELECT 1 FROM {DAG_KEYS_FILL});
+    CREATE TRIGGER IF NOT EXISTS {DAG_KEYS}_created AFTER INSERT ON {TABLE}
+    WHEN {_IS_TASK.format(ns="NEW.namespace")} BEGIN
+        INSERT INTO {DAG_KEYS} VALUES ({_DAG_OF.format(ns="NEW.namespace")}, 1)
+            ON CONFLICT (dag) DO UPDATE SET n = n + 1;
+    END;
+    CREATE TRIGGER IF NOT EXISTS {DAG_KEYS}_deleted AFTER DELETE ON {TABLE}
+    WHEN {_IS_TASK.format(ns="OLD.namespace")} BEGIN
+        INSERT INTO {DAG_KEYS} VALUES ({_DAG_OF.format(ns="OLD.namespace")}, -1)
+            ON CONFLICT (dag) DO UPDATE SET n = n - 1;
+    END
+    """,
 ]
+# The step that creates the count catalog: its rows are counted after it, before it is recorded.
+_FILLS_DAG_KEYS = next(
+    v for v, sql in enumerate(MIGRATIONS, 1) if f"TABLE IF NOT EXISTS {DAG_KEYS} " in sql
+)
 
 _GET = (
     f"SELECT value, expires_at, updated_by, updated_at FROM {TABLE} WHERE namespace = ? AND key = ?"
@@ -357,6 +394,26 @@ _PRUNE_KEY = (
 )
 _VERSION_REFS = f"SELECT value FROM {VERSIONS} WHERE value >= '@' AND value < 'A'"
 _COUNT_EXPIRED = f"SELECT count(*) FROM {TABLE} WHERE expires_at <= ?"
+# `/dags`' key counts: the catalog's rows of the page's DAGs, less their rows expired and not yet
+# cleaned, found through the expiry index (which holds each row's namespace: the table has no
+# rowid), at most `_EXPIRED_BOUND` + 1 of them store-wide, counted by DAG (NULL: not a task's).
+_DAG_KEYS_OF = f"SELECT dag, n FROM {DAG_KEYS} WHERE dag IN ({{}})"
+_EXPIRED_BY_DAG = (
+    f"SELECT CASE WHEN namespace >= :lo AND namespace < :hi THEN {_DAG_OF.format(ns='namespace')} "
+    f"END, count(*) FROM (SELECT namespace FROM {TABLE} WHERE expires_at <= :now LIMIT :bound) "
+    "GROUP BY 1"
+)
+_EXPIRED_BOUND = 10_000
+_IN_LIST = 500
+_NEXT_TASK_NAMESPACE = (
+    f"SELECT namespace FROM {TABLE} WHERE namespace >= ? AND namespace < ? "
+    "ORDER BY namespace LIMIT 1"
+)
+_FILL_DAG = (
+    f"INSERT INTO {DAG_KEYS} VALUES (:dag, (SELECT count(*) FROM {TABLE} "
+    "WHERE namespace >= :lo AND namespace < :hi)) ON CONFLICT (dag) DO UPDATE SET n = excluded.n"
+)
+_FILL_SLICE_S = 0.05  # the longest a fill transaction goes on taking DAGs
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
 # Bounded: one bound parameter however large the batch (stock SQLite caps variables at 999/32766).
 _DELETE_EXPIRED_BATCH = (
@@ -1024,6 +1081,31 @@ class SQLiteBackend(HistoryBackend):
             cursor.close()  # a statement read part-way would keep its read snapshot
 
     @_typed_errors
+    def dag_counts(self, dag_ids: list[str], now: float, *, cap: int | None = None) -> list[int]:
+        """As `StateBackend.dag_counts`: the count catalog's rows, less the DAGs' expired rows
+        not yet cleaned (in one read transaction, so both are of one moment). Their cost is
+        that of the store's uncleaned expired rows; past `_EXPIRED_BOUND` of those, each DAG's
+        range is counted instead."""
+        if not dag_ids:
+            return []
+        conn = self._conn()
+        conn.execute("BEGIN")
+        try:
+            params = {"now": now, "bound": _EXPIRED_BOUND + 1, "lo": _TASKS_LO, "hi": _TASKS_HI}
+            expired = dict(conn.execute(_EXPIRED_BY_DAG, params).fetchall())
+            if sum(expired.values()) > _EXPIRED_BOUND:
+                return super().dag_counts(dag_ids, now, cap=cap)
+            kept: dict[str, int] = {}
+            for at in range(0, len(dag_ids), _IN_LIST):  # (stock SQLite: 999 variables)
+                some = dag_ids[at : at + _IN_LIST]
+                sql = _DAG_KEYS_OF.format(", ".join("?" * len(some)))
+                kept.update(conn.execute(sql, some).fetchall())
+        finally:
+            conn.execute("COMMIT")
+        counts = [kept.get(dag, 0) - expired.get(dag, 0) for dag in dag_ids]
+        return [n if cap is None else min(n, cap) for n in counts]
+
+    @_typed_errors
     def count_expired(self, now: float) -> int:
         """As `StateBackend.count_expired`: one count over the expired rows."""
         return int(self._conn().execute(_COUNT_EXPIRED, (now,)).fetchone()[0])
@@ -1065,22 +1147,61 @@ class SQLiteBackend(HistoryBackend):
         """Bring the schema up to date. A newer schema (a newer taskstate is rolling out) is
         read and written as is, like the PostgreSQL backend does; only `migrate` refuses it."""
         applied: list[int] = []
-        with self._write_transaction(conn):
-            current = _user_version(conn) or 0
-            if current > len(MIGRATIONS) and explicit:
-                raise BackendError(
-                    f"{self.path} has schema version {current}, newer than this taskstate "
-                    f"knows ({len(MIGRATIONS)}); upgrade taskstate"
-                )
-            for version in range(current + 1, len(MIGRATIONS) + 1):
-                for statement in MIGRATIONS[version - 1].split(";"):
-                    if statement.strip():
+        filling = True
+        while filling:
+            filling = False
+            with self._write_transaction(conn):
+                current = _user_version(conn) or 0
+                if current > len(MIGRATIONS) and explicit:
+                    raise BackendError(
+                        f"{self.path} has schema version {current}, newer than this taskstate "
+                        f"knows ({len(MIGRATIONS)}); upgrade taskstate"
+                    )
+                done = current
+                for version in range(current + 1, len(MIGRATIONS) + 1):
+                    for statement in _statements(MIGRATIONS[version - 1]):
                         conn.execute(statement)
-                applied.append(version)
-            if applied:
-                conn.execute(f"PRAGMA user_version = {applied[-1]}")
+                    if version == _FILLS_DAG_KEYS:  # recorded once its rows are counted
+                        filling = True
+                        break
+                    applied.append(done := version)
+                if done > current:
+                    conn.execute(f"PRAGMA user_version = {done}")
+            if filling:
+                while not self._fill_dag_keys(conn):
+                    pass
+                applied.append(_FILLS_DAG_KEYS)
         self._migrated = True
         return applied
+
+    def _fill_dag_keys(self, conn: sqlite3.Connection) -> bool:
+        """Count the rows of the next few DAGs the count catalog has not counted yet, in one
+        short write transaction (other processes' writes go on between them; a process opening
+        the file meanwhile takes the next DAGs). A DAG's row, which the triggers may have
+        started from nothing, becomes its count at that moment: exact, since SQLite has one
+        writer. True (and the step recorded) once every DAG is counted."""
+        with self._write_transaction(conn):
+            if (_user_version(conn) or 0) >= _FILLS_DAG_KEYS:
+                return True
+            row = conn.execute(f"SELECT after FROM {DAG_KEYS_FILL}").fetchone()
+            after: str | None = row[0] if row else None
+            until = time.monotonic() + _FILL_SLICE_S
+            while True:  # one DAG at least, then more while the slice lasts
+                lo = _TASKS_LO if after is None else prefix_upper_bound(task_prefix(after))
+                found = conn.execute(_NEXT_TASK_NAMESPACE, (lo, _TASKS_HI)).fetchone()
+                if found is None:
+                    conn.execute(f"DELETE FROM {DAG_KEYS_FILL}")
+                    conn.execute(f"PRAGMA user_version = {_FILLS_DAG_KEYS}")
+                    return True
+                after = found[0][len(_TASKS_LO) :].partition(SEP)[0]
+                prefix = task_prefix(after)
+                conn.execute(
+                    _FILL_DAG, {"dag": after, "lo": prefix, "hi": prefix_upper_bound(prefix)}
+                )
+                if time.monotonic() >= until:
+                    break
+            conn.execute(f"UPDATE {DAG_KEYS_FILL} SET after = ?", (after,))
+        return False
 
 
 def _raise_if_recorded(conn: sqlite3.Connection, write_id: str, namespace: str, key: str) -> None:
@@ -1088,6 +1209,19 @@ def _raise_if_recorded(conn: sqlite3.Connection, write_id: str, namespace: str, 
     found = conn.execute(_RECORDED, (write_id,)).fetchone()
     if found is not None:
         raise recorded_outcome(write_id, found, namespace, key)
+
+
+def _statements(script: str) -> Iterator[str]:
+    """The statements of a migration step, one at a time (a trigger's body holds `;`s)."""
+    statement = ""
+    for part in script.split(";"):
+        statement += part + ";"
+        if sqlite3.complete_statement(statement):
+            if statement.strip(" \n;"):
+                yield statement
+            statement = ""
+    if statement.strip(" \n;"):
+        yield statement
 
 
 def _user_version(conn: sqlite3.Connection) -> int | None:
