@@ -13,14 +13,19 @@ Every listing is indexed backend queries, never a read of every row:
   page seeks ~`limit` times however many DAGs, runs or assets there are (a run's task
   instances, ordered by map index as a number, are all found);
 - key counts are computed for the page's items only, each an index range count that stops at
-  `KEY_COUNT_CAP + 1` (shown as "10000+").
+  `KEY_COUNT_CAP + 1` (shown as "10000+"); a page of every DAG reads the backend's count
+  catalog instead (`StateBackend.dag_counts`: a few rows per DAG, kept by the writes that
+  create or delete keys, less the DAG's expired rows not yet cleaned), so its cost does not
+  follow the number of keys each DAG holds.
 
 Why a skip scan and not a scope catalog (a table of namespaces kept in each write's
-transaction) or namespace components as columns: the catalog costs every `set` a second
-statement and a second lock, and a catalog row per DAG would serialise that DAG's writers; the
-columns would widen every row and every index for what the namespace index already orders.
-The skip scan costs the write path nothing, and a listing reads one index entry per distinct
-item (a DAG's runs, a run's task instances) plus one range count per item on the page.
+transaction) or namespace components as columns: a catalog of namespaces costs every `set` a
+second statement and a second lock; the columns would widen every row and every index for what
+the namespace index already orders. The skip scan costs the write path nothing, and a listing
+reads one index entry per distinct item (a DAG's runs, a run's task instances) plus one range
+count per item on the page. The count catalog behind `/dags` is kept only where a key is
+created or deleted (an overwrite pays nothing), in several rows per DAG so that a DAG's
+writers rarely wait on one another (docs/backends.md, "Key counts of /dags").
 
 A search (`pattern`, Airflow's `dag_id_pattern`: case-insensitive LIKE `%term%`) filters the
 distinct DAG ids the skip scan found, in the server, before the page is cut: one id per DAG

@@ -104,7 +104,9 @@ def test_sqlite_point_operations_send_one_statement_for_one_key(sqlite_url: str)
                 operation()
             finally:
                 conn.set_trace_callback(None)
-            return sent
+            # A trigger's program (the count catalog's, on a key's deletion) is reported as the
+            # statement that fired it, again: one statement sent, however many reports.
+            return [s for i, s in enumerate(sent) if i == 0 or s != sent[i - 1]]
 
         _statements(store, trace)
 
