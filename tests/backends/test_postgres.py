@@ -87,6 +87,7 @@ def test_tables_are_prefixed_and_never_airflows(fresh_postgres_url: str) -> None
         "taskstate_versions",
         "taskstate_version_marks",
         "taskstate_write_ids",
+        "taskstate_dag_keys",
     }
 
 
