@@ -519,6 +519,11 @@ class HistoryBackend(StateBackend):
         (`restore_task`)."""
 
 
+# A count catalog's read (`dag_counts`) subtracts the DAGs' expired rows not yet cleaned, found
+# among the store's; past this many of those it counts each DAG's range instead.
+DAG_COUNTS_EXPIRED_BOUND = 2_000
+
+
 def prefix_upper_bound(prefix: str) -> str:
     """The smallest string greater than every string that starts with `prefix`."""
     return prefix[:-1] + chr(ord(prefix[-1]) + 1)

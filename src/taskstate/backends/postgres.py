@@ -51,6 +51,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import (
+    DAG_COUNTS_EXPIRED_BOUND,
     Entry,
     HistoryBackend,
     KeyVersion,
@@ -411,7 +412,7 @@ _DAG_COUNTS = (
     "- coalesce(gone.n, 0) FROM unnest(%(dags)s::text[]) WITH ORDINALITY AS p(dag, i) "
     "LEFT JOIN gone ON gone.dag = p.dag ORDER BY p.i"
 )
-_EXPIRED_BOUND = 2_000  # each read from the table: ~2 ms cold at 10 M rows
+_EXPIRED_BOUND = DAG_COUNTS_EXPIRED_BOUND
 # Filling the catalog for the rows already there, one DAG per transaction: its 8 rows made and
 # locked (a writer creating or deleting one of its keys waits: its trigger updates them), then
 # set to the DAG's count at that moment (what a writer waiting on them adds comes after).

@@ -34,6 +34,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from taskstate.backends.backoff import Backoff
 from taskstate.backends.base import (
+    DAG_COUNTS_EXPIRED_BOUND,
     Entry,
     HistoryBackend,
     KeyVersion,
@@ -403,7 +404,7 @@ _EXPIRED_BY_DAG = (
     f"END, count(*) FROM (SELECT namespace FROM {TABLE} WHERE expires_at <= :now LIMIT :bound) "
     "GROUP BY 1"
 )
-_EXPIRED_BOUND = 10_000
+_EXPIRED_BOUND = DAG_COUNTS_EXPIRED_BOUND
 _IN_LIST = 500
 _NEXT_TASK_NAMESPACE = (
     f"SELECT namespace FROM {TABLE} WHERE namespace >= ? AND namespace < ? "
