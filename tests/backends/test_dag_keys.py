@@ -241,6 +241,7 @@ def test_sqlite_migration_counts_the_rows_already_there(
     conn.execute(f"PRAGMA user_version = {lite._FILLS_DAG_KEYS - 1}")
     conn.close()
     monkeypatch.setattr(lite, "_FILL_SLICE_S", 0.0)  # one DAG per transaction
+    monkeypatch.setattr(lite, "_FILL_PAUSE_S", 0.0)
     backend = SQLiteBackend(f"sqlite:///{path}")
     dags = [f"dag_{d}" for d in range(7)]
     assert backend.dag_counts(dags, 1.0) == [d * 3 + 1 for d in range(7)]

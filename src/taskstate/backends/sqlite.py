@@ -415,6 +415,9 @@ _FILL_DAG = (
     "WHERE namespace >= :lo AND namespace < :hi)) ON CONFLICT (dag) DO UPDATE SET n = excluded.n"
 )
 _FILL_SLICE_S = 0.05  # the longest a fill transaction goes on taking DAGs
+# The pause after each: a writer waiting for the lock retries at least every 100 ms (SQLite's
+# busy handler), so it always finds one gap; back to back, the fill held it off for 1.4 s.
+_FILL_PAUSE_S = 0.1
 _DELETE_EXPIRED = f"DELETE FROM {TABLE} WHERE expires_at <= ?"
 # Bounded: one bound parameter however large the batch (stock SQLite caps variables at 999/32766).
 _DELETE_EXPIRED_BATCH = (
@@ -1170,7 +1173,7 @@ class SQLiteBackend(HistoryBackend):
                     conn.execute(f"PRAGMA user_version = {done}")
             if filling:
                 while not self._fill_dag_keys(conn):
-                    pass
+                    time.sleep(_FILL_PAUSE_S)
                 applied.append(_FILLS_DAG_KEYS)
         self._migrated = True
         return applied
