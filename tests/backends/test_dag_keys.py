@@ -13,6 +13,7 @@ from typing import Any
 
 import psycopg
 import pytest
+from tests.backends.test_seek import _pg_plan
 
 from taskstate import StateStore, TaskScope
 from taskstate.backends import postgres as pg
@@ -194,20 +195,7 @@ def test_postgres_reads_the_catalog_and_the_expiry_index(fresh_postgres_url: str
             for i, (ns, key) in enumerate(rows):
                 copy.write_row((ns, key, "1", 0.5 if i % 10 == 0 else 5.0, 0.0))
         conn.execute("ANALYZE")
-        (plan,) = conn.execute(  # type: ignore[misc]
-            "EXPLAIN (FORMAT JSON) " + pg._DAG_COUNTS,
-            {"dags": ["d1", "d2"], "now": 1.0, "bound": 10001},
-        ).fetchone()
-    nodes: list[str] = []
-
-    def walk(node: dict[str, Any]) -> None:
-        nodes.append(
-            f"{node['Node Type']} {node.get('Relation Name', '')} {node.get('Index Name', '')}"
-        )
-        for child in node.get("Plans", []):
-            walk(child)
-
-    walk(plan[0]["Plan"])
+        nodes = _pg_plan(conn, pg._DAG_COUNTS, {"dags": ["d1", "d2"], "now": 1.0, "bound": 2001})
     assert not any(n.startswith("Seq Scan") for n in nodes), nodes
     assert any(n.endswith(f" {pg.TABLE}_expires") for n in nodes), nodes  # (maybe a bitmap)
     assert any(n.endswith(f" {pg.DAG_KEYS}_pkey") for n in nodes), nodes
