@@ -35,6 +35,7 @@ ADDITIONS: dict[int, tuple[str, float, list[str]]] = {
         2,
         [
             "tests/backends/test_seek.py",
+            "tests/backends/test_dag_keys.py",
             "tests/backends/test_pgbouncer.py",
             "tests/test_cleanup_memory.py",
             "tests/api/test_discovery.py::test_a_glob_lists_only_its_dags_and_pins_narrow_the_counts",
