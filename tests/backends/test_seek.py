@@ -270,6 +270,17 @@ def test_postgres_point_operations_send_one_statement_for_one_key(
                 return _sent(log.read().decode("utf-8", "replace"), parsed)
 
         _statements(store, trace)
+        # Reads and deletes of namespace ranges (on `_live` and `_live_long`) turn JIT off for
+        # their own transaction: the planner prices them past `jit_above_cost` at 10 M rows.
+        for operation in (
+            lambda: backend.groups("t\x1f", NOW, limit=5),
+            lambda: list(backend.scan(task_prefix("dag_001"))),
+            lambda: backend.task_versions(BIG.namespace, NOW),
+            lambda: backend.clear_prefix(task_prefix("no_such_dag")),  # (deletes nothing)
+        ):
+            sent = [" ".join(q.split()) for q in trace(operation)]
+            at = sent.index("SET LOCAL jit = off")
+            assert sent[at - 1] == "BEGIN" and "COMMIT" in sent[at + 2 :], sent
 
 
 def _sent(trace: str, texts: dict[str, str]) -> list[str]:
