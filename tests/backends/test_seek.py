@@ -444,10 +444,12 @@ def test_postgres_drops_the_order_index_online_and_ranges_read_the_namespace_ind
     backend.migrate()
     dag, other = task_prefix("dag_a"), task_prefix("dag_b")
     long_ = dag + "é" * 600 + "\x1ftask\x1f-1"  # 1,200 bytes: on `_live_long` only
+    sibling = dag + "é" * 600 + "\x1fother\x1f-1"  # the same first 200 characters
     short = [dag + "run\x1ftask\x1f-1", other + "run\x1ftask\x1f-1", ASSET_PREFIX + "x"]
     for ns in (*short, long_):
         for k in ("k1", "k0"):
             backend.set(ns, k, "1", NOW + 60, NOW)
+    backend.set(sibling, "k0", "1", None, NOW)
     backend.set(long_, "gone", "1", NOW - 1, NOW)  # expired: scanned, never discovered
     index = f"{pg.TABLE}_order"
     step = next(v for v, name in pg._ONLINE.items() if name == index)  # its number may change
@@ -459,19 +461,22 @@ def test_postgres_drops_the_order_index_online_and_ranges_read_the_namespace_ind
     with psycopg.connect(fresh_postgres_url) as conn:
         assert pg._index_state(conn, index) == "absent"
     everything = sorted(
-        [(ns, k) for ns in (*short, long_) for k in ("k0", "k1")] + [(long_, "gone")]
+        [(ns, k) for ns in (*short, long_) for k in ("k0", "k1")]
+        + [(long_, "gone"), (sibling, "k0")]
     )
     assert [(r.namespace, r.key) for r in backend.scan()] == everything
     assert [(r.namespace, r.key) for r in backend.scan(dag)] == [
         r for r in everything if r[0].startswith(dag)
     ]
     assert backend.groups("t\x1f", NOW) == ["dag_a", "dag_b"]
-    assert backend.groups(dag, NOW, whole=True) == [  # byte order: "r" < "é"
+    assert backend.groups(dag, NOW) == ["run", "é" * 600]  # byte order: "r" < "é"
+    assert backend.groups(dag, NOW, whole=True) == [
         "run\x1ftask\x1f-1",
+        "é" * 600 + "\x1fother\x1f-1",
         "é" * 600 + "\x1ftask\x1f-1",
     ]
     assert [k for _, k, _ in backend.task_versions(long_, NOW)] == ["gone", "k0", "k1"]
-    assert backend.clear_prefix(dag) == 5
+    assert backend.clear_prefix(dag) == 6
     assert [r.namespace for r in backend.scan()] == sorted([ASSET_PREFIX + "x", short[1]] * 2)
     backend.close()
 
