@@ -16,7 +16,8 @@ Measured, sides interleaved in one process, with the load average printed:
 - cleanup of the expired rows while a writer process sets task state: its worst `set`;
 - peak RSS of `taskstate clean` with offloading (a subprocess; ru_maxrss);
 - PostgreSQL: the online migration (schema 4's index built CONCURRENTLY) on the largest store
-  while a writer runs: its worst `set`;
+  while a writer runs: its worst `set`; on both backends, the count catalog's step (its
+  triggers, then every DAG's rows counted) run again the same way;
 - over the HTTP API (the app `taskstate serve` runs, under uvicorn on loopback in a thread of
   this process): one key and the first page of the 20,000-key task instance against the 1-key
   one, and `/dags?limit=50` against the one-task-instance store, beside the same calls made
@@ -29,6 +30,8 @@ tables and indexes into `shared_buffers` (`pg_prewarm`) before the timed rounds:
 service, not one just copied. `--pg-set NAME=VALUE` adds a setting to the profile's;
 `--pg-statements` reports, per store, what the server did for each point statement
 (`pg_stat_statements`: time, buffers, WAL). `--parts` runs some of the measurements only.
+`--cleaned` measures discovery and the HTTP figures again once `clean` has deleted the
+stores' expired rows (10% of them, never cleaned as built).
 
     .venv/bin/python bench/scale.py [--sizes 10000,1000000] [--backends sqlite,postgres]
         [--pg-settings test|production] [--prewarm] [--pg-statements] [--pg-set NAME=VALUE]
