@@ -215,22 +215,30 @@ class Discovery:
         globs = [("", "")] if reach.dag_globs is None else map(glob_to_like, reach.dag_globs)
         ranges = list(globs)
 
+        listed: dict[str, int] = {}  # DAGs and counts a catalog listed (`live_dags`)
+
         def fetch(n: int) -> list[str]:
+            if reach.dag_globs is None:
+                from_catalog = self.backend.live_dags(self.now, n, cap=KEY_COUNT_CAP + 1)
+                if from_catalog is not None:
+                    listed.update(from_catalog)
+                    return [dag for dag, _ in from_catalog]
             # The first n of the union are among the first n of each glob's (sorted) DAGs.
             found: set[str] = set()
             for start, like in ranges:
                 found.update(self.backend.groups(TASKS, self.now, start=start, like=like, limit=n))
             return sorted(found)[: None if n < 0 else n]
 
+        def catalog_counts(dags: list[str]) -> list[int]:
+            if all(dag in listed for dag in dags):
+                return [listed[dag] for dag in dags]
+            return self.backend.dag_counts(dags, self.now, cap=KEY_COUNT_CAP + 1)
+
         run, task, index = reach.run_id, reach.task_id, reach.map_index
         found = id_search(pattern) if pattern else _found_all
         # Every DAG: the backend's count catalog. A token's globs: range counts of its DAGs'
         # rows alone (the catalog's read subtracts expired rows found store-wide).
-        count = (
-            (lambda dags: self.backend.dag_counts(dags, self.now, cap=KEY_COUNT_CAP + 1))
-            if reach.dag_globs is None
-            else self._ranges(task_prefix)
-        )
+        count = catalog_counts if reach.dag_globs is None else self._ranges(task_prefix)
         return self._counted(
             fetch,
             lambda dag: found(dag) and may_task(dag, run or "", task or "", index),

@@ -272,3 +272,29 @@ def test_counts_are_capped(url: str) -> None:
         backend.set_many([Row(ns, f"k{i}", "1", None, 1.0, None) for i in range(30)])
         assert backend.dag_counts(["big"], 2.0, cap=KEY_COUNT_CAP + 1) == [30]
         assert backend.dag_counts(["big"], 2.0, cap=7) == [7]
+
+
+def test_the_dags_listed_from_the_catalog_are_the_skip_scans(url: str) -> None:
+    """A DAG whose keys all expired or were deleted is not listed; the order, the counts and
+    the totals are what the skip scan and range counts give (SQLite lists from the catalog)."""
+    clock = Clock()
+    with StateStore(url, settings=Settings(), clock=clock) as store:
+        store.migrate()
+        for dag in ["a", "a b", "a_b", "b", "expired", "gone", "z"]:
+            state = store.task_state(TaskScope(dag, "r", "t"))
+            state.set("k", 1, retention=timedelta(days=1) if dag == "expired" else None)
+            state.set("k2", 2)
+        store.task_state(TaskScope("expired", "r", "t")).delete("k2")
+        store.task_state(TaskScope("gone", "r", "t")).clear()
+        clock.now += 2 * 86400
+        backend = store.backend
+        listed = backend.live_dags(clock.now, -1)
+        assert listed is None or listed == [("a", 2), ("a b", 2), ("a_b", 2), ("b", 2), ("z", 2)]
+        found = store.discovery()
+        dags = backend.groups("t\x1f", clock.now)
+        assert dags == ["a", "a b", "a_b", "b", "z"]
+        counts = backend.counts([task_prefix(d) for d in dags], clock.now)
+        assert found.dags().items == list(zip(dags, counts, strict=True))
+        page = found.dags(limit=2, offset=1)
+        assert (page.items, page.total, page.exact) == ([("a b", 2), ("a_b", 2)], 4, False)
+        assert found.dags(pattern="b").items == [("a b", 2), ("a_b", 2), ("b", 2)]

@@ -338,6 +338,14 @@ class StateBackend(ABC):
         each one's `task_prefix`), in order. A backend that keeps a count catalog reads it."""
         return self.counts([task_prefix(dag_id) for dag_id in dag_ids], now, cap=cap)
 
+    def live_dags(
+        self, now: float, limit: int, *, cap: int | None = None
+    ) -> list[tuple[str, int]] | None:
+        """The first `limit` DAG ids (-1: all) holding live task state, ascending, with their
+        `dag_counts`, read from a count catalog in one go; None where that is not cheap (no
+        catalog, or too many expired rows not yet cleaned): then `groups` finds them."""
+        return None
+
     def groups(
         self,
         prefix: str,
