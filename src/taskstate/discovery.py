@@ -16,7 +16,8 @@ Every listing is indexed backend queries, never a read of every row:
   `KEY_COUNT_CAP + 1` (shown as "10000+"); a page of every DAG reads the backend's count
   catalog instead (`StateBackend.dag_counts`: a few rows per DAG, kept by the writes that
   create or delete keys, less the DAG's expired rows not yet cleaned), so its cost does not
-  follow the number of keys each DAG holds.
+  follow the number of keys each DAG holds; where the catalog holds DAG ids in order
+  (SQLite: `StateBackend.live_dags`), the page's DAGs come from it too, without a skip scan.
 
 Why a skip scan and not a scope catalog (a table of namespaces kept in each write's
 transaction) or namespace components as columns: a catalog of namespaces costs every `set` a
