@@ -71,6 +71,10 @@ def main() -> None:
     parser.add_argument("--after", default=str(ROOT / "src"))
     parser.add_argument("--ops", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--fsync", action="store_true", help="PostgreSQL at its default durability (fsync on)"
+    )
+    parser.add_argument("--profile", default="test", help="PostgreSQL settings (PROFILES)")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -84,9 +88,10 @@ def main() -> None:
     load = os.getloadavg()
     print(
         f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1 thread per worker; {KEYS} keys; "
-        f"{args.ops} ops x {args.rounds} rounds per side; workers take turns each round"
+        f"{args.ops} ops x {args.rounds} rounds per side; workers take turns each round; "
+        f"PostgreSQL fsync {'on' if args.fsync else 'off'}, profile {args.profile}"
     )
-    with running_server() as server:
+    with running_server(fsync=args.fsync, profile=args.profile) as server:
         workers = {}
         for name, src in trees.items():
             with psycopg.connect(server.url, autocommit=True) as conn:
