@@ -270,6 +270,17 @@ def test_postgres_point_operations_send_one_statement_for_one_key(
                 return _sent(log.read().decode("utf-8", "replace"), parsed)
 
         _statements(store, trace)
+        # Reads and deletes of namespace ranges (on `_live` and `_live_long`) turn JIT off for
+        # their own transaction: the planner prices them past `jit_above_cost` at 10 M rows.
+        for operation in (
+            lambda: backend.groups("t\x1f", NOW, limit=5),
+            lambda: list(backend.scan(task_prefix("dag_001"))),
+            lambda: backend.task_versions(BIG.namespace, NOW),
+            lambda: backend.clear_prefix(task_prefix("no_such_dag")),  # (deletes nothing)
+        ):
+            sent = [" ".join(q.split()) for q in trace(operation)]
+            at = sent.index("SET LOCAL jit = off")
+            assert sent[at - 1] == "BEGIN" and "COMMIT" in sent[at + 2 :], sent
 
 
 def _sent(trace: str, texts: dict[str, str]) -> list[str]:
@@ -312,6 +323,7 @@ def _pg_plan(conn: psycopg.Connection[Any], sql: str, params: dict[str, Any]) ->
 
 
 _INDEX_ONLY_LIVE = f"{pg.TABLE}_live"
+_BOTH_LIVE = f"{pg.TABLE}_live(_long)?"  # both (not necessarily index-only)
 
 
 @pytest.mark.postgres
@@ -337,28 +349,40 @@ def test_postgres_listings_and_discovery_seek_their_index(postgres_store_url: st
                 {"a": [ns], "b": [None], "cap": 10001, **live},
                 f"{pg.TABLE}_(keys|pkey)",
             ),
+            # Discovery's skip scan, keyset scans, range deletes and reads: on the two
+            # namespace indexes (the short namespaces' and the long ones'), no order index.
             (
                 pg._GROUPS[False],
                 {"lo": "t\x1f", "hi": "t ", "n": 2, "like": "", "limit": 51, **live},
-                f"{pg.TABLE}_order",
+                _BOTH_LIVE,
             ),
             (
                 pg._GROUPS[True],
                 {**dag_range, "n": len(dag), "like": "", "limit": None},
-                f"{pg.TABLE}_order",
+                _BOTH_LIVE,
             ),
+            (pg._SCAN_PAGE, {"ns": "", "key": "", "hi": pg._TOP, "limit": 1000}, _BOTH_LIVE),
+            (
+                pg._SCAN_PAGE,
+                {"ns": dag, "key": "key_00003", "hi": dag[:-1] + " ", "limit": 1000},
+                _BOTH_LIVE,
+            ),
+            (pg._CLEAR_RANGE, {"lo": dag, "hi": dag[:-1] + " "}, _BOTH_LIVE),
+            (pg._TASK_KEYS, {"lo": ns, "hi": ns[:-1] + "\x20"}, _BOTH_LIVE),
         ]:
             nodes = _pg_plan(conn, sql, params)
-            on_table = [n for n in nodes if f" {pg.TABLE} " in n]
+            on_table = [n for n in nodes if f" {pg.TABLE} " in n and not n.startswith("Modify")]
             assert on_table and all(
                 n.startswith(("Index Scan", "Index Only Scan", "Bitmap Heap Scan"))
                 for n in on_table
             ), (sql, nodes)
             assert any(re.search(f" {index}$", n) for n in nodes), (sql, nodes)
-            if index == _INDEX_ONLY_LIVE:  # and the long namespaces' part, on its own index
-                assert f"Index Only Scan {pg.TABLE} {pg.TABLE}_live" in nodes, nodes
+            if index in (_INDEX_ONLY_LIVE, _BOTH_LIVE):  # the long namespaces on their own index
+                assert any(n.endswith(f" {pg.TABLE}_live") for n in nodes), nodes
                 assert any(n.endswith(f" {pg.TABLE}_live_long") for n in nodes), nodes
-                assert not any(n.endswith(f" {pg.TABLE}_order") for n in nodes), nodes
+            if index == _INDEX_ONLY_LIVE:
+                assert f"Index Only Scan {pg.TABLE} {pg.TABLE}_live" in nodes, nodes
+        assert pg._index_state(conn, f"{pg.TABLE}_order") == "absent"
     backend = PostgresBackend(postgres_store_url)
     assert len(backend.rows(ns, NOW, limit=50)) == 50
     assert backend.count(ns, NOW, exact=True) == BIG_KEYS
@@ -406,6 +430,54 @@ def test_postgres_range_counts_include_namespaces_too_long_for_the_live_index(
     assert backend.counts([dag, other], NOW, cap=4) == [4, 1]  # the two parts' sum is capped
     assert backend.count(dag, NOW, cap=5) == 5
     assert backend.count(long_, NOW) == 3
+    backend.close()
+
+
+@pytest.mark.postgres
+def test_postgres_drops_the_order_index_online_and_ranges_read_the_namespace_indexes(
+    fresh_postgres_url: str,
+) -> None:
+    """The step that drops the state table's order index, on a store the previous schema wrote
+    (index there, short and long namespaces): afterwards scans, discovery, range clears and
+    history's key listing find every row, in order, through `_live` and `_live_long`."""
+    backend = PostgresBackend(fresh_postgres_url)
+    backend.migrate()
+    dag, other = task_prefix("dag_a"), task_prefix("dag_b")
+    long_ = dag + "é" * 600 + "\x1ftask\x1f-1"  # 1,200 bytes: on `_live_long` only
+    sibling = dag + "é" * 600 + "\x1fother\x1f-1"  # the same first 200 characters
+    short = [dag + "run\x1ftask\x1f-1", other + "run\x1ftask\x1f-1", ASSET_PREFIX + "x"]
+    for ns in (*short, long_):
+        for k in ("k1", "k0"):
+            backend.set(ns, k, "1", NOW + 60, NOW)
+    backend.set(sibling, "k0", "1", None, NOW)
+    backend.set(long_, "gone", "1", NOW - 1, NOW)  # expired: scanned, never discovered
+    index = f"{pg.TABLE}_order"
+    step = next(v for v, name in pg._ONLINE.items() if name == index)  # its number may change
+    with psycopg.connect(fresh_postgres_url, autocommit=True) as conn:
+        conn.execute(f"CREATE INDEX {index} ON {pg.TABLE} ((left(namespace, 200)))")
+        conn.execute(f"DELETE FROM {pg.VERSION_TABLE} WHERE version >= %s", (step,))
+    assert backend.schema_status().current == step - 1
+    assert backend.migrate() == list(range(step, len(pg.MIGRATIONS) + 1))
+    with psycopg.connect(fresh_postgres_url) as conn:
+        assert pg._index_state(conn, index) == "absent"
+    everything = sorted(
+        [(ns, k) for ns in (*short, long_) for k in ("k0", "k1")]
+        + [(long_, "gone"), (sibling, "k0")]
+    )
+    assert [(r.namespace, r.key) for r in backend.scan()] == everything
+    assert [(r.namespace, r.key) for r in backend.scan(dag)] == [
+        r for r in everything if r[0].startswith(dag)
+    ]
+    assert backend.groups("t\x1f", NOW) == ["dag_a", "dag_b"]
+    assert backend.groups(dag, NOW) == ["run", "é" * 600]  # byte order: "r" < "é"
+    assert backend.groups(dag, NOW, whole=True) == [
+        "run\x1ftask\x1f-1",
+        "é" * 600 + "\x1fother\x1f-1",
+        "é" * 600 + "\x1ftask\x1f-1",
+    ]
+    assert [k for _, k, _ in backend.task_versions(long_, NOW)] == ["gone", "k0", "k1"]
+    assert backend.clear_prefix(dag) == 6
+    assert [r.namespace for r in backend.scan()] == sorted([ASSET_PREFIX + "x", short[1]] * 2)
     backend.close()
 
 

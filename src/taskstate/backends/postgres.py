@@ -224,6 +224,14 @@ MIGRATIONS: list[str] = [
     # the key has moved on since (docs/api.md, "Update operations"). A nullable column
     # without a default: a catalogue change, no rewrite.
     f"ALTER TABLE {WRITES} ADD COLUMN IF NOT EXISTS outcome text",
+    # The order index on the first 200 characters of the namespace goes: no `set` is HOT (it
+    # changes the indexed expiry), so each one wrote an entry into every index, each on a
+    # random leaf, whose first change after a checkpoint is a full-page image in the WAL (the
+    # 10 M-row store's `set` ran 1.4x the 10 k one's; without this index 1.2x: docs/backends.md,
+    # "PostgreSQL layout"). Ranges, keyset scans and discovery's skip scan read `_live` and
+    # `_live_long` instead (`_span`), which hold the same namespaces: the short ones whole, the
+    # long ones by that same prefix. Dropped without blocking writers (see `_ONLINE`).
+    f"DROP INDEX CONCURRENTLY IF EXISTS {TABLE}_order",
 ]
 # Versions whose statement cannot run in a transaction (CREATE / DROP INDEX CONCURRENTLY):
 # applied alone, on an autocommit connection, then recorded; each is idempotent, so a migration
@@ -266,21 +274,45 @@ _UPDATE_XID = (
 _XACT_STATUS = "SELECT txid_status(%s)"
 _DELETE = f"DELETE FROM {TABLE} WHERE {_KEY}"
 # Namespaces in [lo, hi): the truncated bounds let the order index narrow the range (cutting
-# both sides of a comparison to 200 characters keeps it true in byte order).
+# both sides of a comparison to 200 characters keeps it true in byte order). History's marks
+# keep their order index; the state table's went (see `_SPAN`).
 _RANGE = (
     "left(namespace, 200) >= left(%(lo)s, 200) AND left(namespace, 200) <= left(%(hi)s, 200) "
     "AND namespace >= %(lo)s AND namespace < %(hi)s"
 )
-_CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE {_RANGE}"
+
+
+def _span(lo: str, hi: str, *, short: bool) -> str:
+    """The state table's namespaces in [lo, hi) on one of its two namespace indexes: the short
+    ones (`_SHORT`) on `_live`, whole; the long ones on `_live_long`, by their first 200
+    characters (cutting both sides of a comparison to 200 characters keeps it true in byte
+    order). Every namespace is in exactly one of them; each predicate is spelled as its index's
+    is, so the planner matches it."""
+    if short:
+        return f"namespace >= {lo} AND namespace < {hi} AND {_SHORT}"
+    return (
+        f"substr(namespace, 1, 200) >= left({lo}, 200) "
+        f"AND substr(namespace, 1, 200) <= left({hi}, 200) "
+        f"AND namespace >= {lo} AND namespace < {hi} AND {_LONG}"
+    )
+
+
+# (A range read as a bitmap OR of both indexes: deletes and unordered reads.)
+_SPAN = f"(({_span('%(lo)s', '%(hi)s', short=True)}) OR ({_span('%(lo)s', '%(hi)s', short=False)}))"
+_CLEAR_RANGE = f"DELETE FROM {TABLE} WHERE {_SPAN}"
 _CLEAR_ALL = f"DELETE FROM {TABLE}"
-# Keyset pages: a scan of millions of rows never holds a cursor or a transaction open. Ordering
-# by the indexed prefix first is the same order as (namespace, key), and lets the server read
-# the index in order and sort only rows sharing a 200-character prefix.
-_ORDER = "ORDER BY left(namespace, 200), namespace, key LIMIT %(limit)s"
-_AFTER = "left(namespace, 200) >= left(%(ns)s, 200) AND (namespace, key) > (%(ns)s, %(key)s)"
+# Keyset pages: a scan of millions of rows never holds a cursor or a transaction open. Each
+# index is read in namespace order (the server sorts only the keys of one namespace, or of
+# namespaces sharing 200 characters), a page from each, and the two pages merged.
 _SCAN_COLUMNS = f"SELECT namespace, key, value, expires_at, updated_at, updated_by FROM {TABLE} "
-_SCAN_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} {_ORDER}"
-_SCAN_RANGE_PAGE = f"{_SCAN_COLUMNS} WHERE {_AFTER} AND {_RANGE} {_ORDER}"
+_AFTER = "(namespace, key) > (%(ns)s, %(key)s)"
+_SCAN_PAGE = (
+    f"({_SCAN_COLUMNS} WHERE {_span('%(ns)s', '%(hi)s', short=True)} AND {_AFTER} "
+    "ORDER BY namespace, key LIMIT %(limit)s) UNION ALL "
+    f"({_SCAN_COLUMNS} WHERE {_span('%(ns)s', '%(hi)s', short=False)} AND {_AFTER} "
+    "ORDER BY substr(namespace, 1, 200), namespace, key LIMIT %(limit)s) "
+    "ORDER BY namespace, key LIMIT %(limit)s"
+)
 _SCAN_PAGE_SIZE = 1000
 # Listings: one namespace's live keys in order, through the (namespace_md5, key) index.
 _LIVE = "(expires_at IS NULL OR expires_at > %(now)s)"  # taskstate.stored.is_live in SQL
@@ -310,18 +342,17 @@ _COUNT_EACH_IN = (
     f"AND {_LIVE} LIMIT %(cap)s) c) {_EACH}"
 )
 _COUNT_EACH_RANGE = f"SELECT {_RANGE_COUNT.format(t=TABLE, lo='p.lo', hi='p.hi')} {_EACH}"
-# Discovery: a skip scan over the order index, one seek per distinct field: the first live row
-# at or past `at`, then past its field (the namespace with the field's end bumped from the
-# separator, \x1f, to " "). The index holds 200-character prefixes: a prefix shorter than that
-# is the namespace itself; a longer one (rare) takes the least namespace sharing it.
+# Discovery: a skip scan over the namespace indexes, one seek per distinct field: the first
+# live namespace at or past `at`, then past its field (the namespace with the field's end bumped
+# from the separator, \x1f, to " "). The lesser of two seeks: the short namespaces' (`_live`,
+# which holds the expiry: the index alone answers) and the long ones' (`_live_long`, in order
+# of their first 200 characters; the server sorts only namespaces sharing those). One
+# subquery each: half the planning time of a prefix seek followed by a min().
 _FIRST_FROM = (
-    "(SELECT CASE WHEN length(q.p) < 200 THEN q.p ELSE "
-    f"(SELECT min(namespace) FROM {TABLE} WHERE left(namespace, 200) = q.p "
-    f"AND namespace >= {{at}} AND namespace < %(hi)s AND {_LIVE}) END "
-    f"FROM (SELECT left(namespace, 200) AS p FROM {TABLE} "
-    "WHERE left(namespace, 200) >= left({at}, 200) AND left(namespace, 200) <= left(%(hi)s, 200) "
-    f"AND namespace >= {{at}} AND namespace < %(hi)s AND {_LIVE} "
-    "ORDER BY left(namespace, 200) LIMIT 1) q)"
+    f"least((SELECT namespace FROM {TABLE} WHERE {_span('{at}', '%(hi)s', short=True)} "
+    f"AND {_LIVE} ORDER BY namespace LIMIT 1), "
+    f"(SELECT namespace FROM {TABLE} WHERE {_span('{at}', '%(hi)s', short=False)} "
+    f"AND {_LIVE} ORDER BY substr(namespace, 1, 200), namespace LIMIT 1))"
 )
 _REST = "substr(ns, %(n)s + 1)"
 _FIELD_END = f"strpos({_REST}, chr(31))"
@@ -447,7 +478,7 @@ _FIRST_VERSION = f"SELECT min(version) FROM {VERSIONS} WHERE {_NAMED_KEY} AND {_
 _VERSION_KEYS = f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} ORDER BY 1, 2"
 _TASK_KEYS = (
     f"SELECT namespace, key FROM {MARKS} WHERE {_RANGE} "
-    f"UNION SELECT namespace, key FROM {TABLE} WHERE {_RANGE} ORDER BY 1, 2"
+    f"UNION SELECT namespace, key FROM {TABLE} WHERE {_SPAN} ORDER BY 1, 2"
 )
 # One batch of `clean`'s walk over the keys' marks (every key with history has one, which each
 # write raises): per key, its versions past the number kept or older than `before` (but the
@@ -839,13 +870,17 @@ class PostgresBackend(HistoryBackend):
         *,
         prepare: bool = False,
         counted: bool = True,
+        ranged: bool = False,
     ) -> int:
         """Run a DELETE; with a stamp (and history on), a deletion version of each row gone,
         in the same statement. `counted`: the count it returns is what happened, so a lost
-        COMMIT follows `_once`; otherwise (one key's delete, idempotent) it is simply retried."""
+        COMMIT follows `_once`; otherwise (one key's delete, idempotent) it is simply retried.
+        `ranged`: it deletes namespace ranges (`_span`; a counted delete is a transaction)."""
         statement, values = self._deletion(sql, params, stamp)
 
         def op(conn: _Connection) -> int:
+            if ranged:
+                _no_jit(conn)
             return _deleted(conn.execute(statement, values, prepare=prepare), statement is sql)
 
         if not counted:
@@ -914,7 +949,7 @@ class PostgresBackend(HistoryBackend):
         if not prefix:
             return self._deleting(_CLEAR_ALL, {}, stamp)
         bounds = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
-        return self._deleting(_CLEAR_RANGE, bounds, stamp)
+        return self._deleting(_CLEAR_RANGE, bounds, stamp, ranged=True)
 
     def transact(
         self,
@@ -1111,7 +1146,7 @@ class PostgresBackend(HistoryBackend):
     def task_versions(self, prefix: str, at: float) -> list[tuple[str, str, VersionRow | None]]:
         """As `HistoryBackend.task_versions`: the keys with versions or rows, then one read each."""
         bounds = {"lo": prefix, "hi": prefix_upper_bound(prefix)}
-        keys = self._run(lambda conn: conn.execute(_TASK_KEYS, bounds).fetchall())
+        keys = self._run(functools.partial(_fetch_ranged, sql=_TASK_KEYS, params=bounds))
         found: list[tuple[str, str, VersionRow | None]] = []
         for namespace, key in keys:
             current = self.versions(namespace, key, limit=1, at=at)
@@ -1180,11 +1215,9 @@ class PostgresBackend(HistoryBackend):
 
     @staticmethod
     def _scan_page(conn: _Connection, prefix: str, after: tuple[str, str]) -> list[Any]:
-        params = {"ns": after[0], "key": after[1], "limit": _SCAN_PAGE_SIZE}
-        if not prefix:
-            return conn.execute(_SCAN_PAGE, params, prepare=True).fetchall()
-        params.update(lo=prefix, hi=prefix_upper_bound(prefix))
-        return conn.execute(_SCAN_RANGE_PAGE, params, prepare=True).fetchall()
+        hi = prefix_upper_bound(prefix) if prefix else _TOP
+        params = {"ns": after[0], "key": after[1], "hi": hi, "limit": _SCAN_PAGE_SIZE}
+        return _fetch_ranged(conn, sql=_SCAN_PAGE, params=params, prepare=True)
 
     def rows(
         self, namespace: str, now: float, *, key_prefix: str = "", limit: int = -1, offset: int = 0
@@ -1270,7 +1303,7 @@ class PostgresBackend(HistoryBackend):
             "like": like,
             "limit": None if limit < 0 else limit,  # the skip scan stops there
         }
-        found = self._run(lambda conn: conn.execute(_GROUPS[whole], params).fetchall())
+        found = self._run(functools.partial(_fetch_ranged, sql=_GROUPS[whole], params=params))
         return [row[0] for row in found]
 
     def count_expired(self, now: float) -> int:
@@ -1362,6 +1395,24 @@ _INF = float("inf")
 
 def _fetch_all(conn: psycopg.Connection[Any], *, sql: str, params: dict[str, Any]) -> list[Any]:
     return conn.execute(sql, params).fetchall()
+
+
+def _no_jit(conn: psycopg.Connection[Any]) -> None:
+    """JIT off for the statements of this transaction that read a namespace range (`_span`):
+    the planner cannot tell that long namespaces are rare (it has no statistics on their
+    length) and prices each read of `_live_long` at a share of the whole table, past
+    `jit_above_cost` from ~10 M rows: compiling took 50-100 ms of a discovery page that runs
+    in 1 ms. SET LOCAL: nothing outlives the transaction (PgBouncer's transaction pooling)."""
+    conn.execute("SET LOCAL jit = off")
+
+
+def _fetch_ranged(
+    conn: psycopg.Connection[Any], *, sql: str, params: dict[str, Any], prepare: bool = False
+) -> list[Any]:
+    """A read of namespace ranges (`_span`), in a transaction of its own without JIT."""
+    with conn.transaction():
+        _no_jit(conn)
+        return conn.execute(sql, params, prepare=prepare).fetchall()
 
 
 def _configure(conn: _Connection, mode: bool | None) -> None:
