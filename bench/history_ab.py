@@ -3,10 +3,13 @@ versions per key) and off, for two source trees (say `main` and a branch), on SQ
 PostgreSQL server the test harness starts. Each tree runs in its own worker process (one
 `taskstate` per interpreter) with its own SQLite file and PostgreSQL database at its own schema;
 the workers take turns round by round, so both see the same moments of load, and each reports
-its on/off ratio from its own process.
+its on/off ratio from its own process. Within a worker, one backend after the other, history
+on and off take turns one operation at a time. `--fsync` runs the PostgreSQL server at its
+default durability (fsync on: each COMMIT waits for its WAL on disk) instead of the harness's
+fsync off; both sides of a ratio always run on the same server.
 
     .venv/bin/python bench/history_ab.py --before /work/main/src [--after src] [--ops 1000]
-        [--rounds 5]
+        [--rounds 5] [--fsync] [--profile test|production]
 
 On SQLite each side also reports `set`'s p50 in the thread's CPU (time.thread_time: SQLite's
 statement, commit and WAL writes all run on the calling thread), which a loaded machine's
@@ -47,21 +50,30 @@ def worker(src: str, sqlite_url: str, postgres_url: str) -> None:
             states[f"{backend} {side}"] = store.task_state(TaskScope("bench", side, "task"))
     for line in sys.stdin:
         ops = int(line)
+        sets: dict[str, list[float]] = {name: [] for name in states}
+        gets: dict[str, list[float]] = {name: [] for name in states}
+        cpu: dict[str, list[float]] = {name: [] for name in states}
+        # One backend after the other; within one, on and off take turns one operation at a
+        # time (a PostgreSQL flush at fsync on, or another session's burst, lands on both
+        # sides alike; the other backend's calls in between would cool both sides' caches).
+        for backend in ("sqlite", "postgres"):
+            pair = [(name, state) for name, state in states.items() if name.startswith(backend)]
+            for i in range(ops):
+                for name, state in pair:
+                    t0, c0 = time.perf_counter(), time.thread_time()
+                    state.set(f"k{i % KEYS}", {"n": i})
+                    sets[name].append(time.perf_counter() - t0)
+                    cpu[name].append(time.thread_time() - c0)
+            for i in range(ops):
+                for name, state in pair:
+                    t0 = time.perf_counter()
+                    state.get(f"k{i % KEYS}")
+                    gets[name].append(time.perf_counter() - t0)
         p50s = {}
-        for name, state in states.items():
-            sets, gets, cpu = [], [], []
-            for i in range(ops):
-                t0, c0 = time.perf_counter(), time.thread_time()
-                state.set(f"k{i % KEYS}", {"n": i})
-                sets.append(time.perf_counter() - t0)
-                cpu.append(time.thread_time() - c0)
-            for i in range(ops):
-                t0 = time.perf_counter()
-                state.get(f"k{i % KEYS}")
-                gets.append(time.perf_counter() - t0)
-            p50s[f"{name} set"] = statistics.median(sets)
-            p50s[f"{name} set cpu"] = statistics.median(cpu)
-            p50s[f"{name} get"] = statistics.median(gets)
+        for name in states:
+            p50s[f"{name} set"] = statistics.median(sets[name])
+            p50s[f"{name} set cpu"] = statistics.median(cpu[name])
+            p50s[f"{name} get"] = statistics.median(gets[name])
         print(json.dumps(p50s), flush=True)
 
 
@@ -71,6 +83,10 @@ def main() -> None:
     parser.add_argument("--after", default=str(ROOT / "src"))
     parser.add_argument("--ops", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--fsync", action="store_true", help="PostgreSQL at its default durability (fsync on)"
+    )
+    parser.add_argument("--profile", default="test", help="PostgreSQL settings (PROFILES)")
     parser.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -84,9 +100,10 @@ def main() -> None:
     load = os.getloadavg()
     print(
         f"load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; 1 thread per worker; {KEYS} keys; "
-        f"{args.ops} ops x {args.rounds} rounds per side; workers take turns each round"
+        f"{args.ops} ops x {args.rounds} rounds per side; workers take turns each round; "
+        f"PostgreSQL fsync {'on' if args.fsync else 'off'}, profile {args.profile}"
     )
-    with running_server() as server:
+    with running_server(fsync=args.fsync, profile=args.profile) as server:
         workers = {}
         for name, src in trees.items():
             with psycopg.connect(server.url, autocommit=True) as conn:

@@ -15,8 +15,10 @@ number from the newest kept version alone: wrong for a mark left ahead by the pr
 so not usable); `no stamp read` (the version stamped at the write's time without reading the
 previous stamp: `as_of` needs that read, so not usable); `no updated_by` (a version row without
 its writer: the row's size); `page_size 1024` / `8192` (`off` and `now` on smaller and
-larger pages, which only a new file can have: VACUUM rewrites the file); `floor` (the
-row appended to a rowid table with no key order and no trim: one more b-tree at its cheapest).
+larger pages, which only a new file can have: VACUUM rewrites the file); `no reads` (the row
+put in the versions' b-tree at a number known in advance: no number, mark or stamp read, the
+insert at each key's end alone); `floor` (the row appended to a rowid table with no key order
+and no trim: one more b-tree at its cheapest).
 
     .venv/bin/python bench/history_sqlite_statements.py [--ops 8000] [--rounds 5]
 
@@ -76,6 +78,12 @@ assert "new.updated_by, 'set'" in lite._VERSIONING_BODY, "the trigger changed"
 FLOOR = (
     "INSERT INTO floor VALUES (new.namespace, new.key, new.value, new.expires_at, "
     "new.updated_at, new.updated_by, 'set')"
+)
+# The version's b-tree alone: the row at a number known without a read (`set` i writes key
+# i % KEYS at 1e9 + i: its number is i // KEYS + 1), no mark, no stamp read; trimmed as `now`.
+NO_READS = (
+    f"INSERT INTO {lite.VERSIONS} VALUES (new.namespace, new.key, CAST((new.updated_at - 1e9) "
+    f"/ {KEYS} AS INTEGER) + 1, new.value, new.expires_at, new.updated_at, new.updated_by, 'set')"
 )
 
 
@@ -144,6 +152,7 @@ def main() -> None:
         "now, page_size 1024": (lite._VERSIONING_BODY, 1024, True),
         "off, page_size 8192": (None, 8192, True),
         "now, page_size 8192": (lite._VERSIONING_BODY, 8192, True),
+        "no reads: the keyed b-tree alone": (NO_READS, None, True),
         "floor: a rowid table, append": (FLOOR, None, False),
     }
     runs, conns, frames = {}, {}, dict.fromkeys(sides, 0)
