@@ -1096,9 +1096,8 @@ class SQLiteBackend(HistoryBackend):
         conn = self._conn()
         conn.execute("BEGIN")
         try:
-            params = {"now": now, "bound": _EXPIRED_BOUND + 1, "lo": _TASKS_LO, "hi": _TASKS_HI}
-            expired = dict(conn.execute(_EXPIRED_BY_DAG, params).fetchall())
-            if sum(expired.values()) > _EXPIRED_BOUND:
+            expired = _expired_by_dag(conn, now)
+            if expired is None:
                 return super().dag_counts(dag_ids, now, cap=cap)
             kept: dict[str, int] = {}
             for at in range(0, len(dag_ids), _IN_LIST):  # (stock SQLite: 999 variables)
@@ -1120,9 +1119,8 @@ class SQLiteBackend(HistoryBackend):
         conn = self._conn()
         conn.execute("BEGIN")
         try:
-            params = {"now": now, "bound": _EXPIRED_BOUND + 1, "lo": _TASKS_LO, "hi": _TASKS_HI}
-            expired = dict(conn.execute(_EXPIRED_BY_DAG, params).fetchall())
-            if sum(expired.values()) > _EXPIRED_BOUND:
+            expired = _expired_by_dag(conn, now)
+            if expired is None:
                 return None
             found: list[tuple[str, int]] = []
             cursor = conn.execute(_DAG_KEYS_IN_ORDER)
@@ -1243,6 +1241,14 @@ def _raise_if_recorded(conn: sqlite3.Connection, write_id: str, namespace: str, 
     found = conn.execute(_RECORDED, (write_id,)).fetchone()
     if found is not None:
         raise recorded_outcome(write_id, found, namespace, key)
+
+
+def _expired_by_dag(conn: sqlite3.Connection, now: float) -> dict[str | None, int] | None:
+    """The store's rows expired and not yet cleaned, counted by DAG (None: not a task's); None
+    when there are more than `_EXPIRED_BOUND` of them."""
+    params = {"now": now, "bound": _EXPIRED_BOUND + 1, "lo": _TASKS_LO, "hi": _TASKS_HI}
+    expired: dict[str | None, int] = dict(conn.execute(_EXPIRED_BY_DAG, params).fetchall())
+    return None if sum(expired.values()) > _EXPIRED_BOUND else expired
 
 
 def _statements(script: str) -> Iterator[str]:
