@@ -438,7 +438,10 @@ _DAG_COUNTS = (
     f"WITH x AS (SELECT namespace FROM {TABLE} WHERE expires_at <= %(now)s LIMIT %(bound)s), "
     "gone AS (SELECT split_part(namespace, chr(31), 2) AS dag, count(*) AS n FROM x "
     f"WHERE {_IS_TASK.format(ns='namespace')} GROUP BY 1) "
-    "SELECT (SELECT count(*) FROM x), "
+    # Until the catalog's step is recorded its rows may not be counted yet (a `db migrate`
+    # filling it while this taskstate already serves): answer as if past the bound.
+    f"SELECT CASE WHEN EXISTS (SELECT FROM {VERSION_TABLE} WHERE version = %(filled)s) "
+    "THEN (SELECT count(*) FROM x) ELSE %(bound)s END, "
     f"(SELECT coalesce(sum(n), 0) FROM {DAG_KEYS} WHERE dag_md5 = md5(p.dag)::uuid) "
     "- coalesce(gone.n, 0) FROM unnest(%(dags)s::text[]) WITH ORDINALITY AS p(dag, i) "
     "LEFT JOIN gone ON gone.dag = p.dag ORDER BY p.i"
@@ -1375,7 +1378,12 @@ class PostgresBackend(HistoryBackend):
         rows; past `_EXPIRED_BOUND` of those, each DAG's range is counted instead."""
         if not dag_ids:
             return []
-        params = {"dags": dag_ids, "now": now, "bound": _EXPIRED_BOUND + 1}
+        params = {
+            "dags": dag_ids,
+            "now": now,
+            "bound": _EXPIRED_BOUND + 1,
+            "filled": _FILLS_DAG_KEYS,
+        }
         found = self._run(lambda conn: conn.execute(_DAG_COUNTS, params).fetchall())
         if found[0][0] > _EXPIRED_BOUND:
             return super().dag_counts(dag_ids, now, cap=cap)
