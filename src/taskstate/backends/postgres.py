@@ -1361,13 +1361,9 @@ class PostgresBackend(HistoryBackend):
         sql = _COUNT_EACH_IN if exact else _COUNT_EACH_RANGE
 
         def op(conn: _Connection) -> list[Any]:
-            # The planner cannot see the ranges inside the arrays and prices a page of range
-            # counts past `jit_above_cost`: JIT compiling took ~25 ms of a 50-DAG page whose
-            # counts run in a few. Off for this transaction only (SET LOCAL: nothing outlives
-            # it, so PgBouncer's transaction pooling is fine).
             with conn.transaction():
                 if not exact:
-                    conn.execute("SET LOCAL jit = off")
+                    _no_jit(conn)
                 return conn.execute(sql, params).fetchall()
 
         return [int(row[0]) for row in self._run(op)]
@@ -1513,10 +1509,11 @@ def _fetch_all(conn: psycopg.Connection[Any], *, sql: str, params: dict[str, Any
 
 
 def _no_jit(conn: psycopg.Connection[Any]) -> None:
-    """JIT off for the statements of this transaction that read a namespace range (`_span`):
-    the planner cannot tell that long namespaces are rare (it has no statistics on their
-    length) and prices each read of `_live_long` at a share of the whole table, past
-    `jit_above_cost` from ~10 M rows: compiling took 50-100 ms of a discovery page that runs
+    """JIT off for the statements of this transaction that read namespace ranges: the planner
+    cannot tell that long namespaces are rare (it has no statistics on their length) and
+    prices each read of `_live_long` (`_span`) at a share of the whole table, and it cannot
+    see the ranges inside a range count's arrays (`counts`); either way past
+    `jit_above_cost` from ~10 M rows: compiling took 25-100 ms of a discovery page that runs
     in 1 ms. SET LOCAL: nothing outlives the transaction (PgBouncer's transaction pooling)."""
     conn.execute("SET LOCAL jit = off")
 
