@@ -31,6 +31,9 @@ holds at the end are moved then and that move's time is added to its last `set` 
 counts every version's move).
 
     .venv/bin/python bench/history_sqlite_statements.py [--ops 8000] [--rounds 5] [--only log,floor]
+    .venv/bin/python bench/history_sqlite_statements.py --move-parts 4096 [--rounds 5]
+
+`--move-parts N` times the log's move alone, statement by statement, per version moved.
 
 Prints the load (os.getloadavg) at the start and the end; no assertion (never in CI).
 """
@@ -228,6 +231,62 @@ def variant(conn: sqlite3.Connection, body: str | None, trim: bool = True) -> Ca
     return run
 
 
+LOG_OF_KEY = (
+    "SELECT rowid, value, expires_at, updated_at, updated_by, op FROM log "
+    "WHERE namespace = ? AND key = ? ORDER BY rowid DESC"
+)
+
+
+def move_parts(folder: str, n: int, rounds: int) -> None:
+    """The log's move statement by statement, per version moved: `n` versions (the bench's keys
+    and values) logged untimed, then each statement of MOVE and the COMMIT timed as CPU; also
+    the insert at numbers known in advance (no window, no key reads) for the b-tree's own cost,
+    and before each move a read of each key's versions in the full log (what history reads add)."""
+    conn = database(folder, "parts")
+    conn.execute(LOG)
+    conn.create_function("taskstate_keep", 0, lambda: KEEP)
+    insert, trim, empty = (part.strip() for part in MOVE.split(";")[:3])
+    known = (
+        f"INSERT INTO {lite.VERSIONS} SELECT namespace, key, CAST((updated_at - 1e9) / {KEYS} "
+        "AS INTEGER) + 1, value, expires_at, updated_at, updated_by, op FROM log "
+        "ORDER BY namespace, key, rowid"
+    )
+    parts: dict[str, list[float]] = {}
+    reads: list[int] = []
+    for r in range(rounds + 2):  # the first two fill the keys' pages: not counted
+        insert_as = known if r % 2 else insert  # alternate rounds: numbered, known numbers
+        conn.execute("BEGIN")
+        for i in range(r * n, (r + 1) * n):
+            now = 1e9 + i
+            conn.execute(
+                "INSERT INTO log VALUES (?, ?, ?, ?, ?, ?, 'set')",
+                (NAMESPACE, f"k{i % KEYS}", json.dumps({"n": i}), now + 1e6, now, BY),
+            )
+        conn.execute("COMMIT")
+        for k in range(KEYS):  # what each history read would add: a key's versions in the log
+            t0 = time.thread_time_ns()
+            conn.execute(LOG_OF_KEY, (NAMESPACE, f"k{k}")).fetchall()
+            if r >= 2:
+                reads.append(time.thread_time_ns() - t0)
+        conn.execute("BEGIN")
+        names = ("numbered insert" if insert_as is insert else "insert, numbers known", "trim")
+        for name, statement in (*zip(names, (insert_as, trim), strict=True), ("empty", empty),
+                                ("commit", "COMMIT")):  # fmt: skip
+            t0 = time.thread_time_ns()
+            conn.execute(statement)
+            if r >= 2:
+                parts.setdefault(name, []).append((time.thread_time_ns() - t0) / n)
+        conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+    print(f"the log's move of {n} versions ({KEYS} keys), CPU per version moved, median of rounds:")
+    for name, times in parts.items():
+        print(f"  {name:22s} {statistics.median(times) / 1e3:.2f} us ({len(times)} rounds)")
+    p99 = statistics.quantiles(reads, n=100)[-1]
+    print(
+        f"a key's versions read from the log of {n} rows (a scan): CPU p50 "
+        f"{statistics.median(reads) / 1e3:.0f} us, p99 {p99 / 1e3:.0f} us"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ops", type=int, default=8000)
@@ -237,8 +296,14 @@ def main() -> None:
         default="",
         help="only the variants whose names hold one of these (comma-separated), and off",
     )
+    parser.add_argument(
+        "--move-parts", type=int, metavar="N", help="time the log's move of N versions instead"
+    )
     args = parser.parse_args()
     folder = tempfile.mkdtemp(prefix="taskstate-history-sqlite-")
+    if args.move_parts:
+        move_parts(folder, args.move_parts, args.rounds * 2)
+        return
     sides = {
         "off": (None, None, True),
         "before (op from a 2nd Python call)": (BEFORE, None, True),
