@@ -23,7 +23,10 @@ version log: the trigger appends the version to a rowid table as `floor` does, a
 that brings the log to N rows also moves the whole log, numbered and stamped per key, into the
 versions' b-tree, trims the keys moved and empties the log, so that one `set`'s time holds the
 move); `log, packed every N` (the same log moved into one row per key per move holding its
-versions as a JSON array).
+versions as a JSON array); `one table: versions in the row` (no second table at all: the
+state row carries its previous versions, the one being replaced put in front of them by the
+upsert itself and the whole cut at KEEP - 1 versions' worth of bytes, as a one-table layout
+would; history off is the plain upsert on the same table).
 
 Each variant prints its p50 and also its mean, p99 and max: a variant that defers work (the
 log's move) shows it in the mean and the tail, not in the p50. The versions a log variant still
@@ -191,6 +194,30 @@ class Flags:
     keep = KEEP
 
 
+# The one-table layout: the previous version (the row before the upsert: SQLite evaluates every
+# SET expression against it) goes in front of the versions the row already carries.
+INLINE_SET = lite._SET.replace(
+    "updated_by = excluded.updated_by",
+    "updated_by = excluded.updated_by, hist = substr(CAST(json_array(value, expires_at, "
+    "updated_at, updated_by, 'set') || char(30) AS BLOB) || hist, 1, "
+    f"{KEEP - 1} * (length(value) + length(updated_by) + 60))",
+)
+assert INLINE_SET != lite._SET, "the upsert changed"
+
+
+def inline_variant(conn: sqlite3.Connection) -> Callable[[int], None]:
+    """One `set` of key i % KEYS on a state table that carries its versions in the row."""
+    conn.execute(f"ALTER TABLE {lite.TABLE} ADD COLUMN hist BLOB NOT NULL DEFAULT x''")
+
+    def run(i: int) -> None:
+        now = 1e9 + i
+        conn.execute(
+            INLINE_SET, (NAMESPACE, f"k{i % KEYS}", json.dumps({"n": i}), now + 1e6, now, BY)
+        )
+
+    return run
+
+
 def database(folder: str, name: str, page_size: int | None = None) -> sqlite3.Connection:
     conn = sqlite3.connect(Path(folder) / f"{name}.db", isolation_level=None, cached_statements=64)
     if page_size is not None:
@@ -331,6 +358,10 @@ def main() -> None:
     for n, (name, (every, packed)) in enumerate(logs.items(), len(sides)):
         conns[name] = database(folder, str(n))
         runs[name] = log_variant(conns[name], every, packed)
+    inline = "one table: versions in the row"
+    if any(o in inline for o in only):
+        conns[inline] = database(folder, "inline")
+        runs[inline] = inline_variant(conns[inline])
     frames = dict.fromkeys(runs, 0)
     load = os.getloadavg()
     ratios: dict[str, list[float]] = {name: [] for name in runs}
