@@ -479,6 +479,18 @@ def main() -> None:
         "--parts", default=",".join(PARTS), help=f"which measurements (of {','.join(PARTS)})"
     )
     parser.add_argument(
+        "--without-index",
+        default="",
+        metavar="NAME",
+        help="PostgreSQL, point: also a copy of the largest store with this index dropped (x<N>)",
+    )
+    parser.add_argument(
+        "--wall-clock",
+        action="store_true",
+        help="point: the stores' clock is the wall clock, so each `set` expires after the last "
+        "(default: stopped at the build's instant, where every row's expiry is)",
+    )
+    parser.add_argument(
         "--cleaned",
         action="store_true",
         help="discovery and http: measured again once `clean` deleted the expired rows (10%%)",
@@ -498,6 +510,8 @@ def main() -> None:
         "pg statements": args.pg_statements,
         "pg set": args.pg_set,
         "cleaned": args.cleaned,
+        "without index": args.without_index,
+        "wall clock": args.wall_clock,
         "parts": sorted(parts),
     }
     keep = args.work is not None
@@ -517,6 +531,8 @@ def main() -> None:
                 statements=args.pg_statements,
                 pg_set=dict(setting.split("=", 1) for setting in args.pg_set),
                 cleaned=args.cleaned,
+                without_index=args.without_index if kind == "postgres" else "",
+                wall_clock=args.wall_clock,
             )
             print(figures[kind], flush=True)
     finally:
@@ -540,6 +556,8 @@ def run(
     statements: bool = False,
     pg_set: dict[str, str] | None = None,
     cleaned: bool = False,
+    without_index: str = "",
+    wall_clock: bool = False,
 ) -> dict[str, Any]:
     out: dict[str, Any] = {}
     extra = {**(STATEMENTS if statements else {}), **(pg_set or {})}
@@ -654,9 +672,15 @@ def run(
         if parts & {"point", "pages", "discovery", "http"}:
             in_store = sizes if "point" in parts else [largest]
             copies = {f"s{n}": copy(f"s{n}") for n in in_store}
-            stores = {
-                k: StateStore(u, settings=Settings(), clock=lambda: NOW) for k, u in copies.items()
-            }
+            if without_index and "point" in parts:  # x<N>: the largest store less that index
+                copies[f"x{largest}"] = copy(f"s{largest}")
+                with psycopg.connect(copies[f"x{largest}"], autocommit=True) as conn:
+                    conn.execute(f"DROP INDEX {without_index}")
+            # The bench stores' rows all expire at one instant; a clock stopped at NOW puts each
+            # `set`'s expiry there too, so an index ordered by expiry takes it among those equal
+            # keys (in heap order: a random leaf). --wall-clock: later each time, as in service.
+            clock: Callable[[], float] = time.time if wall_clock else lambda: NOW
+            stores = {k: StateStore(u, settings=Settings(), clock=clock) for k, u in copies.items()}
             tiny = StateStore(copy("s0"), settings=Settings(), clock=lambda: NOW)
             big = stores[f"s{largest}"]
             if loaded("point"):
