@@ -9,6 +9,7 @@ server runs as the `postgres` system user (created if missing).
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import glob
 import http.client
 import os
@@ -30,10 +31,18 @@ def apt_install(package: str) -> None:
     if os.geteuid() != 0:
         return
     env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", package], check=True, env=env
-    )
+    # On a fresh machine the unit stage and both Airflow lanes start at once and each may
+    # install a package; dpkg takes one at a time and a second apt-get fails at once on its
+    # lock. Ours queue on a file lock; apt waits for any other holder of dpkg's.
+    wait = ["-o", "DPkg::Lock::Timeout=600"]
+    with open(Path(tempfile.gettempdir()) / "taskstate-apt.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        subprocess.run(["apt-get", *wait, "update", "-q"], check=True, env=env)
+        subprocess.run(
+            ["apt-get", *wait, "install", "-y", "-q", "--no-install-recommends", package],
+            check=True,
+            env=env,
+        )
 
 
 def debian_command(command: str, package: str) -> str:

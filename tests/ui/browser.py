@@ -6,14 +6,12 @@ does for PostgreSQL, so CI on a fresh machine needs nothing beforehand.
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from playwright.sync_api import Browser, sync_playwright
+from tests.postgres_server import apt_install
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -27,15 +25,9 @@ PHONE = {"width": 390, "height": 844}
 def chromium_path() -> Path:
     if CHROMIUM.exists():
         return CHROMIUM
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+    apt_install("chromium")
+    if not CHROMIUM.exists():
         raise RuntimeError("chromium not found: apt-get install chromium (as root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
-    subprocess.run(
-        ["apt-get", "install", "-y", "-q", "--no-install-recommends", "chromium"],
-        check=True,
-        env=env,
-    )
     return CHROMIUM
 
 
