@@ -20,7 +20,6 @@ import random
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import psycopg
 from record import meta, save
 from scale import rows, scope_of
+from side_urls import side_urls
 from tests.expired_rows import load_rows
-from tests.postgres_server import running_server
 
 from taskstate import StateStore, TaskScope
 from taskstate.backends import postgres as pg
@@ -142,22 +141,10 @@ def main() -> None:
     figures: dict[str, Any] = {"rows": args.rows, "rounds": args.rounds, "ops": args.ops}
     figures["load start"] = os.getloadavg()
     print(f"load average at start: {os.getloadavg()}", flush=True)
-    with tempfile.TemporaryDirectory(dir=args.pg_root) as tmp:
-        for kind in args.backends.split(","):
-            if kind == "sqlite":
-                urls = {side: f"sqlite:///{tmp}/{side}.db" for side in SIDES}
-                figures[kind] = run(kind, urls, args.rows, args.rounds, args.ops)
-            else:
-                root = Path(args.pg_root) if args.pg_root else None
-                with running_server(root=root) as server:
-                    urls = {}
-                    with psycopg.connect(server.url, autocommit=True) as admin:
-                        for side in SIDES:
-                            admin.execute(f"DROP DATABASE IF EXISTS x_{side}")
-                            admin.execute(f"CREATE DATABASE x_{side}")
-                            urls[side] = server.url.rsplit("/", 1)[0] + f"/x_{side}"
-                    figures[kind] = run(kind, urls, args.rows, args.rounds, args.ops)
-            print(kind, figures[kind], flush=True)
+    for kind in args.backends.split(","):
+        with side_urls(kind, SIDES, prefix="x", pg_root=args.pg_root) as urls:
+            figures[kind] = run(kind, urls, args.rows, args.rounds, args.ops)
+        print(kind, figures[kind], flush=True)
     figures["load end"] = os.getloadavg()
     save("dag-expiry-writes", figures, command=" ".join(sys.argv), started=started)
 

@@ -15,7 +15,6 @@ import os
 import sqlite3
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import psycopg
 from record import meta, save
-from tests.postgres_server import running_server
+from side_urls import side_urls
 
 from taskstate.backends import postgres as pg
 from taskstate.backends import sqlite as lite
@@ -114,22 +113,10 @@ def main() -> None:
     figures: dict[str, Any] = {"rounds": args.rounds, "ops": args.ops, "preload": PRELOAD}
     figures["load start"] = os.getloadavg()
     print(f"load average at start: {os.getloadavg()}", flush=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        for kind in args.backends.split(","):
-            if kind == "sqlite":
-                urls = {side: f"sqlite:///{tmp}/{side}.db" for side in ("with", "without")}
-                figures[kind] = run(kind, urls, args.rounds, args.ops)
-            else:
-                root = Path(args.pg_root) if args.pg_root else None
-                with running_server(root=root) as server:
-                    urls = {}
-                    with psycopg.connect(server.url, autocommit=True) as admin:
-                        for side in ("with", "without"):
-                            admin.execute(f"DROP DATABASE IF EXISTS w_{side}")
-                            admin.execute(f"CREATE DATABASE w_{side}")
-                            urls[side] = server.url.rsplit("/", 1)[0] + f"/w_{side}"
-                    figures[kind] = run(kind, urls, args.rounds, args.ops)
-            print(kind, figures[kind], flush=True)
+    for kind in args.backends.split(","):
+        with side_urls(kind, ("with", "without"), prefix="w", pg_root=args.pg_root) as urls:
+            figures[kind] = run(kind, urls, args.rounds, args.ops)
+        print(kind, figures[kind], flush=True)
     figures["load end"] = os.getloadavg()
     save("dag-keys-writes", figures, command=" ".join(sys.argv), started=started)
 
