@@ -422,6 +422,38 @@ def test_expiry_by_cleanup_is_a_version(url: str) -> None:
     assert [(v.op, v.value) for v in state.history("k")] == [("expire", None), ("set", 1)]
 
 
+def test_sqlite_clean_sends_statements_per_batch_not_per_key(tmp_path: Path) -> None:
+    """Complexity, not speed: `clean` deletes 300 expired keys and records their 300 `expire`
+    versions in one statement (the deletion trigger), then prunes the 300 keys' versions in a
+    few statements for the batch; the same few for 3 keys."""
+
+    def cleaned(keys: int) -> tuple[list[str], StateStore]:
+        clock = Clock()
+        url = f"sqlite:///{tmp_path}/{keys}.db"
+        store = local(url, clock, default_retention_days=1, history_retention_days=1)
+        state = store.task_state(SCOPE)
+        for n in range(keys):
+            state.set(f"k{n}", n)
+        clock.tick(2 * 86400)
+        conn = store.backend._conn()  # type: ignore[attr-defined]
+        sent: list[str] = []
+        conn.set_trace_callback(sent.append)
+        try:
+            result = store.cleanup(batch_size=0)
+        finally:
+            conn.set_trace_callback(None)
+        assert (result.deleted, result.versions_pruned) == (keys, keys)
+        # A trigger's program is reported as the statement that fired it, again.
+        return [s for i, s in enumerate(sent) if i == 0 or s != sent[i - 1]], store
+
+    few, _ = cleaned(3)
+    many, store = cleaned(300)
+    assert len(many) == len(few) <= 12, many
+    state = store.task_state(SCOPE)
+    # Each key's `set` version was older than the retention; its `expire` version stays.
+    assert [(v.version, v.op) for v in state.history("k299")] == [(2, "expire")]
+
+
 def test_an_offloaded_object_stays_while_a_kept_version_refers_to_it(
     url: str, tmp_path: Path
 ) -> None:
