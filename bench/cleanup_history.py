@@ -24,6 +24,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from record import meta, save
 from side_urls import side_urls
 from tests.expired_rows import load_rows
 
@@ -120,6 +121,8 @@ def main() -> None:
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--batch", type=int, default=0, help="cleanup batch size (0: default)")
     args = parser.parse_args()
+    started = meta()
+    figures: dict[str, dict[str, float]] = {}
     print(f"load at start {os.getloadavg()[0]:.2f}; {args.rows:,} expired rows per round")
     for kind in args.backends.split(","):
         with side_urls(kind, tuple(SIDES), prefix="ch") as urls:
@@ -136,12 +139,18 @@ def main() -> None:
                     for side in SIDES
                 }
                 on, off = med["on"], med["off"]
+                figures[f"{kind}, {seeded}"] = {
+                    "deletion_on_s": on[0], "deletion_off_s": off[0],
+                    "whole_on_s": on[1], "whole_off_s": off[1],
+                }  # fmt: skip
                 print(
                     f"{kind:8} {seeded:22} deletion on {on[0] * 1000:8.1f} ms  off "
                     f"{off[0] * 1000:8.1f} ms  {on[0] / off[0]:5.2f}x | whole cleanup on "
                     f"{on[1] * 1000:8.1f} ms  off {off[1] * 1000:8.1f} ms  {on[1] / off[1]:5.2f}x"
                 )
     print(f"load at end {os.getloadavg()[0]:.2f}")
+    command = " ".join(["bench/cleanup_history.py", *sys.argv[1:]])
+    save("cleanup_history", {"rows": args.rows, **figures}, command=command, started=started)
 
 
 if __name__ == "__main__":
