@@ -26,7 +26,9 @@ move); `log, packed every N` (the same log moved into one row per key per move h
 versions as a JSON array); `one table: versions in the row` (no second table at all: the
 state row carries its previous versions, the one being replaced put in front of them by the
 upsert itself and the whole cut at KEEP - 1 versions' worth of bytes, as a one-table layout
-would; history off is the plain upsert on the same table).
+would; history off is the plain upsert on the same table); `interleaved: versions in the state
+b-tree` (no second table either: the versions are rows of the state table's own b-tree, keyed
+(namespace, key, version), the live row at the top number, beside its newest version).
 
 Each variant prints its p50 and also its mean, p99 and max: a variant that defers work (the
 log's move) shows it in the mean and the tail, not in the p50. The versions a log variant still
@@ -218,6 +220,69 @@ def inline_variant(conn: sqlite3.Connection) -> Callable[[int], None]:
     return run
 
 
+# Interleaved: no second table; the versions are rows of the state table's own b-tree, keyed
+# (namespace, key, version), the live row at the top number LIVE so that it sits beside its
+# newest version (one leaf page for the write and its version, as a rule). The expiry index
+# holds the live rows alone (a partial index); the trigger numbers as `now` does (newest kept
+# version, else the mark) and trims every 16th number.
+LIVE = 2**63 - 1
+MIXED = (
+    "CREATE TABLE mixed (namespace TEXT NOT NULL, key TEXT NOT NULL, version INTEGER NOT NULL, "
+    "value TEXT, expires_at REAL, updated_at REAL NOT NULL, updated_by TEXT, op TEXT, "
+    "PRIMARY KEY (namespace, key, version)) WITHOUT ROWID; "
+    f"CREATE INDEX mixed_expires ON mixed (expires_at) WHERE version = {LIVE} "
+    "AND expires_at IS NOT NULL;"
+)
+MIXED_SET = (
+    "INSERT INTO mixed (namespace, key, version, value, expires_at, updated_at, updated_by) "
+    f"VALUES (?, ?, {LIVE}, ?, ?, ?, ?) ON CONFLICT (namespace, key, version) DO UPDATE SET "
+    "value = excluded.value, expires_at = excluded.expires_at, "
+    "updated_at = excluded.updated_at, updated_by = excluded.updated_by"
+)
+MIXED_NEWEST = (
+    "(SELECT {column} FROM mixed WHERE namespace = new.namespace AND key = new.key "
+    f"AND version < {LIVE} ORDER BY version DESC LIMIT 1)"
+)
+MIXED_BODY = (
+    "INSERT INTO mixed VALUES (new.namespace, new.key, 1 + max(coalesce("
+    f"{MIXED_NEWEST.format(column='version')}, 0), coalesce((SELECT version FROM "
+    f"{lite.MARKS} WHERE namespace = new.namespace AND key = new.key), 0)), new.value, "
+    f"new.expires_at, max(new.updated_at, coalesce({MIXED_NEWEST.format(column='updated_at')}, "
+    "new.updated_at)), new.updated_by, 'set')"
+)
+MIXED_TRIGGERS = [
+    *(
+        f"CREATE TRIGGER mixed_{event} AFTER {event.upper()} ON mixed WHEN new.version = {LIVE} "
+        f"AND taskstate_versioning() BEGIN {MIXED_BODY}; END"
+        for event in ("insert", "update")
+    ),
+    f"CREATE TRIGGER mixed_trim AFTER INSERT ON mixed WHEN new.version < {LIVE} "
+    f"AND new.version % 16 = 0 BEGIN DELETE FROM mixed WHERE namespace = new.namespace "
+    f"AND key = new.key AND version <= new.version - {KEEP}; END",
+]
+
+
+def mixed_variant(conn: sqlite3.Connection) -> Callable[[int], None]:
+    """One `set` of key i % KEYS on a state table whose b-tree holds the versions too."""
+    flags = Flags()
+    conn.create_function("taskstate_versioning", 0, lambda: flags.on)
+    conn.executescript(MIXED)
+    for statement in MIXED_TRIGGERS:
+        conn.execute(statement)
+
+    def run(i: int) -> None:
+        now = 1e9 + i
+        flags.on = True
+        try:
+            conn.execute(
+                MIXED_SET, (NAMESPACE, f"k{i % KEYS}", json.dumps({"n": i}), now + 1e6, now, BY)
+            )
+        finally:
+            flags.on = False
+
+    return run
+
+
 def database(folder: str, name: str, page_size: int | None = None) -> sqlite3.Connection:
     conn = sqlite3.connect(Path(folder) / f"{name}.db", isolation_level=None, cached_statements=64)
     if page_size is not None:
@@ -362,6 +427,10 @@ def main() -> None:
     if any(o in inline for o in only):
         conns[inline] = database(folder, "inline")
         runs[inline] = inline_variant(conns[inline])
+    mixed = "interleaved: versions in the state b-tree"
+    if any(o in mixed for o in only):
+        conns[mixed] = database(folder, "mixed")
+        runs[mixed] = mixed_variant(conns[mixed])
     frames = dict.fromkeys(runs, 0)
     load = os.getloadavg()
     ratios: dict[str, list[float]] = {name: [] for name in runs}

@@ -289,9 +289,10 @@ _MARK = f"SELECT max(coalesce(({_KEPT}), ({_MARKED})), coalesce(({_MARKED}), ({_
 # an older taskstate or a store with history off never runs them) append the version and, on
 # every `_TRIM_EVERY`-th number, trim the key's versions past the number kept, inside the
 # write's own statement. They fire only while `taskstate_versioning()` says so: `set` turns it
-# on around its statement (every other write appends and trims itself). The operation they
-# record is the constant `set` (other operations take the explicit path): a second call into
-# Python per write cost 0.07x of an unversioned `set`. Measured in bench/README.md ("History").
+# on around its statement (a deletion too, below; every other write appends and trims itself).
+# The operation they record is the constant `set` (other operations take the explicit path): a
+# second call into Python per write cost 0.07x of an unversioned `set`. Measured in
+# bench/README.md ("History").
 _TRIM_EVERY = 16
 _TRIGGER_OP = "set"
 _VERSIONING_BODY = _APPEND_NEW.format(
@@ -306,7 +307,8 @@ _VERSIONING_BODY = _APPEND_NEW.format(
 # A stamped deletion (delete, clear, expiry by `clean`) is one statement too: the deletion
 # trigger appends each removed row's version, stamped with what `taskstate_deletion()` and its
 # companions return while the statement runs (taskstate's own rows are never versioned). One
-# statement per row from Python had cost `clean` 3.6x its time without history.
+# statement per row from Python had cost `clean` 3.6x its time without history, the trigger
+# 2.0x (bench/cleanup_history.py).
 _DELETION_BODY = _APPEND_NEW.format(
     ns="old.namespace",
     key="old.key",
