@@ -23,6 +23,8 @@ except ImportError:  # Airflow 2: a Dataset is what Airflow 3 calls an Asset
 
 import pendulum
 
+import airflow
+
 BENCH_ASSET = Asset("versus_asset") if hasattr(Asset, "name") else Asset("versus://asset")
 START = pendulum.datetime(2025, 1, 1, tz="UTC")
 DAG_ARGS: dict[str, Any] = {"start_date": START, "schedule": None, "catchup": False}
@@ -205,6 +207,12 @@ except ImportError:
     from airflow.models.baseoperator import BaseOperator
 
 CRASH_JOBS = int(os.environ.get("VERSUS_CRASH_JOBS", "20"))
+# Airflow 2's scheduler takes the killed try for a zombie too and hands its failure to the DAG
+# processor, which handles it tens of seconds later (44 s seen): by then an immediate retry is
+# running, and the stale callback sets its state back to scheduled, which SIGTERMs it — each
+# kill burned up to three tries and a job ran out of them. Its retry waits until the callback
+# has landed (Airflow's own default retry_delay is 300 s); Airflow 3 retries at once.
+RETRY_DELAY = timedelta(seconds=60 if airflow.__version__.startswith("2.") else 0)
 # How long a job runs once started: the poll-kill case needs it still running on the retry.
 RUN_FOR = {"after_submit": 1.0, "during_poll": float(os.environ.get("VERSUS_POLL_JOB_S", "120"))}
 
@@ -324,7 +332,7 @@ def _crash_dag(kill_at: str) -> None:
             kill_at=kill_at,
             # Airflow 2 can count one SIGKILL twice (two zombie callbacks): leave headroom.
             retries=3,
-            retry_delay=timedelta(seconds=0),
+            retry_delay=RETRY_DELAY,
         ).expand(job=list(range(CRASH_JOBS)))
 
     crash()
