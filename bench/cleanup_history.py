@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import os
+import sqlite3
 import statistics
 import sys
 import time
@@ -24,13 +25,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import psycopg
 from record import meta, save
 from side_urls import side_urls
 from tests.expired_rows import load_rows
 
 from taskstate import StateStore, TaskScope
-from taskstate.backends.postgres import MARKS as PG_MARKS
-from taskstate.backends.postgres import VERSIONS as PG_VERSIONS
+from taskstate.backends import postgres
+from taskstate.backends.postgres import conninfo_from_url
 from taskstate.backends.sqlite import MARKS, TABLE, VERSIONS, path_from_url
 from taskstate.settings import Settings
 
@@ -46,54 +48,29 @@ def expired_rows(n: int, now: float) -> list[tuple[str, str, str, float, float]]
     ]  # fmt: skip
 
 
-def reset(url: str) -> None:
-    """Empty the store: its rows, and the versions and marks of the round before."""
-    tables = (TABLE, VERSIONS, MARKS)
+TABLES = (TABLE, VERSIONS, MARKS)  # the same names on both backends
+assert TABLES == (postgres.TABLE, postgres.VERSIONS, postgres.MARKS)
+VERSION_COLUMNS = "namespace, key, version, value, expires_at, updated_at, updated_by, op"
+WITH_VERSIONS = (
+    f"INSERT INTO {VERSIONS} ({VERSION_COLUMNS}) SELECT namespace, key, 1, value, expires_at, "
+    f"updated_at, NULL, 'set' FROM {TABLE}",
+    f"INSERT INTO {MARKS} (namespace, key, version) SELECT namespace, key, 1 FROM {TABLE}",
+)
+
+
+def run(url: str, statements: list[str]) -> None:
+    """The statements on the store at `url`, each committed; on PostgreSQL the tables are then
+    vacuumed and analysed, so each round starts from the same pages and plans."""
     if url.startswith("sqlite"):
-        import sqlite3
-
-        with sqlite3.connect(path_from_url(url)) as conn:
-            for table in tables:
-                conn.execute(f"DELETE FROM {table}")
+        with sqlite3.connect(path_from_url(url), isolation_level=None) as lite:
+            for statement in statements:
+                lite.execute(statement)
         return
-    import psycopg
-
-    from taskstate.backends.postgres import conninfo_from_url
-
-    with psycopg.connect(conninfo_from_url(url), autocommit=True) as conn:
-        for table in tables:
-            conn.execute(f"DELETE FROM {table}")
-            conn.execute(f"VACUUM {table}")  # each round starts from the same pages
-
-
-def with_versions(url: str) -> None:
-    """Give every row version 1 (and its mark), as a store written with history on holds."""
-    columns = "namespace, key, version, value, expires_at, updated_at, updated_by, op"
-    if url.startswith("sqlite"):
-        import sqlite3
-
-        with sqlite3.connect(path_from_url(url)) as conn:
-            conn.execute(
-                f"INSERT INTO {VERSIONS} ({columns}) SELECT namespace, key, 1, value, "
-                f"expires_at, updated_at, NULL, 'set' FROM {TABLE}"
-            )
-            conn.execute(f"INSERT INTO {MARKS} SELECT namespace, key, 1 FROM {TABLE}")
-        return
-    import psycopg
-
-    from taskstate.backends.postgres import conninfo_from_url
-
-    with psycopg.connect(conninfo_from_url(url)) as conn:
-        conn.execute(
-            f"INSERT INTO {PG_VERSIONS} ({columns}) SELECT namespace, key, 1, value, "
-            f"expires_at, updated_at, NULL, 'set' FROM taskstate_entries"
-        )
-        conn.execute(
-            f"INSERT INTO {PG_MARKS} (namespace, key, version) "
-            "SELECT namespace, key, 1 FROM taskstate_entries"
-        )
-        conn.execute(f"ANALYZE {PG_VERSIONS}")
-        conn.execute(f"ANALYZE {PG_MARKS}")
+    with psycopg.connect(conninfo_from_url(url), autocommit=True) as pg:
+        for statement in statements:
+            pg.execute(statement)
+        for table in TABLES:
+            pg.execute(f"VACUUM ANALYZE {table}")
 
 
 def one_round(url: str, versions: int, rows: int, seeded: str, batch: int) -> tuple[float, float]:
@@ -101,11 +78,11 @@ def one_round(url: str, versions: int, rows: int, seeded: str, batch: int) -> tu
     settings = dataclasses.replace(Settings(), history_versions=versions)
     with StateStore(url, settings=settings) as store:
         store.migrate()
-        reset(url)
+        run(url, [f"DELETE FROM {table}" for table in TABLES])  # the round before's too
         now = time.time()
         load_rows(url, expired_rows(rows, now))
         if seeded == "with a version each":
-            with_versions(url)
+            run(url, list(WITH_VERSIONS))
         started = time.perf_counter()
         result = store.cleanup(batch_size=batch)
         whole = time.perf_counter() - started

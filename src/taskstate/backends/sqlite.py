@@ -407,6 +407,8 @@ _KEEP_MARKS = (
     f"FROM {VERSIONS} WHERE {_PRUNE_RANGE} GROUP BY namespace, key "
     "ON CONFLICT (namespace, key) DO UPDATE SET version = max(version, excluded.version)"
 )
+# The row's key's newest number (`_TOP_VERSION` of the row being deleted: aliased, since the
+# subquery reads the same table).
 _TOP_OF_ROW = (
     f"SELECT max(x.version) FROM {VERSIONS} AS x "
     f"WHERE x.namespace = {VERSIONS}.namespace AND x.key = {VERSIONS}.key"
