@@ -570,7 +570,11 @@ class Injector:
         new = secret(f"k{len(self.faults)}")
         fault.detail = "rolling restarts new,old then new"
         self._rolling_restart(f"{new},{old}")
-        self.token_file.write_text(self.fleet.token(new))
+        # Whole or not at all: a worker that reads the file between write_text's truncation and
+        # its write sends an empty token (two workers were refused so, at the same instant).
+        staged = self.token_file.with_suffix(".new")
+        staged.write_text(self.fleet.token(new))
+        os.replace(staged, self.token_file)
         mtime = str(self.token_file.stat().st_mtime_ns)
         # A worker reads the token between records, and 64 workers on one hot counter on a
         # loaded machine take a minute and more per record.
